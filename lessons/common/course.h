@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * course.h - helpers every lesson shares.
+ *
+ * Nothing in here is an exercise: these are the chores around the verbs
+ * calls (argument parsing, the out-of-band TCP exchange, timing, bounded
+ * polling) so that a lesson's skeleton contains only what it teaches.
+ *
+ * Conventions for every lesson program:
+ *   exit 0  success
+ *   exit 1  a call failed at run time (one line on stderr names it)
+ *   exit 2  bad command line (usage on stderr)
+ */
+#ifndef RDMA_COURSE_H
+#define RDMA_COURSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+#define EXIT_USAGE 2
+
+/* ---- command line ------------------------------------------------------ */
+
+/* Which of the shared options a program accepts (or them together). */
+enum {
+	OPT_DEVICE = 1 << 0,	/* -d, --device NAME   */
+	OPT_IB_PORT = 1 << 1,	/* -i, --ib-port N     */
+	OPT_GID_INDEX = 1 << 2, /* -g, --gid-index N   */
+	OPT_PORT = 1 << 3,	/* -p, --port N (TCP)  */
+	OPT_ITERS = 1 << 4,	/* -n, --iters N       */
+	OPT_SIZE = 1 << 5,	/* -s, --size BYTES    */
+	OPT_TIMEOUT = 1 << 6,	/* -t, --timeout SECS  */
+	OPT_SERVER = 1 << 7,	/* a positional HOST makes it a client */
+};
+
+struct course_opts {
+	const char *device;	/* NULL: $RDMA_DEVICE, else the first device */
+	int ib_port;		/* default 1 */
+	int gid_index;		/* -1: $RDMA_GID_INDEX, else auto (RoCE v2 IPv4) */
+	int port;		/* TCP port; 0 = any free port (server prints it) */
+	long iters;		/* default 1000 */
+	size_t size;		/* default 4096; accepts k/K, m/M suffixes */
+	int timeout;		/* seconds any single wait may take, default 10 */
+	const char *host;	/* positional HOST (client mode) or NULL */
+};
+
+/*
+ * Parse argv into @o. @accept says which shared options exist; @o holds the
+ * defaults on entry. On a bad or unknown option prints "PROG: ..." and the
+ * usage line (@usage, after the program name) to stderr and exits 2.
+ * -h/--help prints usage to stdout and exits 0.
+ */
+void course_parse_opts(int argc, char **argv, unsigned int accept,
+		       const char *usage, struct course_opts *o);
+
+/* Fill @o with the documented defaults. */
+void course_default_opts(struct course_opts *o);
+
+/* ---- devices ----------------------------------------------------------- */
+
+/*
+ * Open the device called @name, or the first one when @name is NULL.
+ * Prints a clear message (listing what exists) and returns NULL when it is
+ * not there.
+ */
+struct ibv_context *course_open_device(const char *name);
+
+/*
+ * Pick a GID index on @port: @want >= 0 is checked and returned as is;
+ * otherwise the first RoCE v2 GID holding an IPv4-mapped address
+ * (::ffff:a.b.c.d), else the first valid GID (InfiniBand: index 0).
+ * Returns -1 with a message when none is usable.
+ */
+int course_pick_gid(struct ibv_context *ctx, int port, int want);
+
+/* Format a GID as the kernel does ("fe80:0000:...") into @buf (>= 40 B). */
+void course_gid_str(const union ibv_gid *gid, char *buf, size_t len);
+
+/* ---- the out-of-band channel (TCP) -------------------------------------- */
+
+/*
+ * Everything a peer needs to reach a QP and, optionally, a memory region.
+ * course_oob_exchange() converts to network byte order on the wire.
+ */
+struct qp_info {
+	uint16_t lid;
+	uint32_t qpn;
+	uint32_t psn;
+	union ibv_gid gid;
+	uint64_t addr;	/* 0 when no buffer is advertised */
+	uint32_t rkey;
+	uint32_t length;
+};
+
+/*
+ * Server side: listen on @port (0 = any), print the readiness line
+ * "listening on port N" to stdout (flushed), accept one client within
+ * @timeout seconds. Returns the connected socket or -1 (message printed).
+ */
+int course_oob_accept(int port, int timeout);
+
+/* Client side: connect to HOST:PORT, retrying until @timeout seconds. */
+int course_oob_connect(const char *host, int port, int timeout);
+
+/* Send @mine and receive the peer's into @theirs. 0 or -1. */
+int course_oob_exchange(int fd, const struct qp_info *mine,
+			struct qp_info *theirs, int timeout);
+
+/*
+ * A one-byte barrier: both sides send @tag and wait for the peer's.
+ * Returns 0, or -1 when the peer is gone or sent another tag.
+ */
+int course_oob_sync(int fd, char tag, int timeout);
+
+void course_print_qp_info(const char *who, const struct qp_info *info);
+
+/* ---- completions --------------------------------------------------------- */
+
+/*
+ * Busy-poll @cq for one completion, for at most @timeout seconds.
+ * Returns 0 with *wc filled (check wc->status yourself), or -1 on a poll
+ * error or timeout (message printed naming @what).
+ */
+int course_poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int timeout,
+		    const char *what);
+
+/*
+ * Print one line about a completion that did not succeed:
+ * "WHAT: completion error: <ibv_wc_status_str> (status N, vendor_err 0x..)"
+ */
+void course_report_wc(const char *what, const struct ibv_wc *wc);
+
+/* ---- time ---------------------------------------------------------------- */
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t course_now_ns(void);
+
+#endif /* RDMA_COURSE_H */

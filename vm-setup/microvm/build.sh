@@ -1,0 +1,104 @@
+#!/bin/bash
+# microvm/build.sh - fetch a stock Debian kernel that ships rdma_rxe and build
+# the micro-VM's initramfs. No root needed. Cached; prints the cache entry.
+#
+# usage: build.sh [--refresh]
+#   RXE_VM_CACHE       cache directory (default ~/.cache/rdma-course/microvm)
+#   RXE_VM_KERNEL_DEB  use this linux-image-*.deb instead of apt-get download
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-course/microvm}
+refresh=0
+
+die() {
+	echo "microvm/build.sh: $*" >&2
+	exit 1
+}
+
+case "${1:-}" in
+"") ;;
+--refresh) refresh=1 ;;
+-h | --help)
+	sed -n '2,8s/^# \{0,1\}//p' "$0"
+	exit 0
+	;;
+*) die "unknown option '$1' (usage: build.sh [--refresh])" ;;
+esac
+
+# Modules the guest needs, in any order; their dependencies come along.
+MODULES="virtio_pci 9pnet_virtio 9p overlay dummy crc32_generic rdma_rxe ib_uverbs rdma_ucm"
+
+# The cache entry is valid when it has the kernel, the initramfs and a stamp
+# naming the init script's checksum (so editing init rebuilds it).
+stamp() { sha256sum "$here/init" "$here/build.sh" | sha256sum | cut -c1-16; }
+
+if [ $refresh = 0 ] && [ -e "$cache/current/ok" ] &&
+	[ "$(cat "$cache/current/ok")" = "$(stamp)" ]; then
+	readlink -f "$cache/current"
+	exit 0
+fi
+
+for tool in dpkg-deb depmod modprobe cpio; do
+	command -v "$tool" >/dev/null ||
+		die "'$tool' is missing (run: sudo vm-setup/install-deps.sh)"
+done
+[ -x /bin/busybox ] && file_is_static=$(ldd /bin/busybox 2>&1 || true) &&
+	case "$file_is_static" in *"not a dynamic"*) ;; *) false ;; esac ||
+	die "/bin/busybox must be the static build (package busybox-static; run: sudo vm-setup/install-deps.sh)"
+
+mkdir -p "$cache"
+work=$(mktemp -d "$cache/build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+deb=${RXE_VM_KERNEL_DEB:-}
+if [ -z "$deb" ]; then
+	pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+		awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+	[ -n "$pkg" ] || die "cannot find the Debian kernel package (apt-cache knows no linux-image-amd64).
+  Run 'sudo apt-get update', or set RXE_VM_KERNEL_DEB=/path/to/linux-image-*-amd64_*.deb"
+	echo "microvm: downloading $pkg (about 70 MB, once)" >&2
+	(cd "$work" && apt-get download "$pkg" >/dev/null 2>"$work/apt.err") ||
+		die "apt-get download $pkg failed: $(tail -n 3 "$work/apt.err")"
+	deb=$(ls "$work"/*.deb)
+fi
+[ -f "$deb" ] || die "kernel package '$deb' does not exist"
+
+echo "microvm: unpacking $(basename "$deb")" >&2
+dpkg-deb -x "$deb" "$work/root" || die "dpkg-deb -x $deb failed"
+kver=$(ls "$work/root/lib/modules" | head -n 1)
+[ -n "$kver" ] && [ -e "$work/root/boot/vmlinuz-$kver" ] ||
+	die "$(basename "$deb") holds no kernel image and modules"
+depmod -b "$work/root" "$kver"
+
+# Module closure, in load order, from modprobe's own dependency resolution.
+mods=$(for m in $MODULES; do
+	modprobe -d "$work/root" -S "$kver" --show-depends "$m" 2>/dev/null ||
+		die "$kver has no module '$m' (is this a Debian amd64 kernel?)"
+done | awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++')
+
+ird="$work/initrd"
+mkdir -p "$ird"/{bin,proc,sys,dev,lib/modules}
+cp /bin/busybox "$ird/bin/busybox"
+cp "$here/init" "$ird/init"
+for m in $mods; do
+	rel=${m#"$work/root/lib/modules/"}
+	mkdir -p "$ird/lib/modules/$(dirname "$rel")"
+	cp "$m" "$ird/lib/modules/$rel"
+	echo "$rel" >>"$ird/modules.load"
+done
+cp "$work/root/lib/modules/$kver/"modules.{order,builtin,builtin.modinfo} "$ird/lib/modules/$kver/"
+depmod -b "$ird" "$kver"
+
+entry="$cache/$kver"
+rm -rf "$entry.new"
+mkdir -p "$entry.new"
+cp "$work/root/boot/vmlinuz-$kver" "$entry.new/vmlinuz"
+(cd "$ird" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$entry.new/initrd.cpio"
+echo "$kver" >"$entry.new/kernel-version"
+stamp >"$entry.new/ok"
+rm -rf "$entry"
+mv "$entry.new" "$entry"
+ln -sfn "$kver" "$cache/current"
+echo "microvm: kernel $kver ready in $entry" >&2
+echo "$entry"

@@ -1,0 +1,175 @@
+#!/bin/bash
+# microvm/run.sh - boot the rxe micro-VM, run one command in it, return its
+# output and exit code, power off. Normally reached through vm-setup/with-rxe.
+#
+# usage: run.sh [--shell] [--] CMD [ARG...]
+#   --shell            an interactive shell in the VM instead of CMD
+# environment:
+#   RXE_VM_TIMEOUT=S   kill the VM after S seconds (default 1800); exit 124
+#   RXE_VM_ACCEL=A     auto (default: KVM if a boot probe passes, else TCG), kvm, tcg
+#   RXE_VM_MEM=M       guest memory (default 2G)      RXE_VM_SMP=N  CPUs (default 2)
+#   RXE_VM_SHARE=D:D   more host directories to share read-write (the course
+#                      tree and the current directory always are)
+#   RXE_VM_VERBOSE=1   show the guest's boot console
+#   RXE_VM_CACHE, RXE_VM_KERNEL_DEB: see build.sh
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+course=$(cd "$here/../.." && pwd)
+cache=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-course/microvm}
+timeout=${RXE_VM_TIMEOUT:-1800}
+interactive=0
+
+die() {
+	echo "rxe-vm: $*" >&2
+	exit "${2:-1}"
+}
+
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--shell) interactive=1 ;;
+	--) shift; break ;;
+	-h | --help) sed -n '2,16s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-*) die "unknown option '$1' (see: $0 --help)" 2 ;;
+	*) break ;;
+	esac
+	shift
+done
+[ $interactive = 1 ] || [ $# -gt 0 ] || die "no command given (usage: run.sh [--shell] [--] CMD [ARG...])" 2
+case "$timeout" in '' | *[!0-9]*) die "RXE_VM_TIMEOUT must be a number of seconds, got '$timeout'" 2 ;; esac
+
+qemu=$(command -v qemu-system-x86_64) ||
+	die "qemu-system-x86_64 is missing (run: sudo vm-setup/install-deps.sh)"
+entry=$("$here/build.sh") || die "cannot prepare the micro-VM kernel (see above)"
+
+run=$(mktemp -d "${TMPDIR:-/tmp}/rxe-vm.XXXXXX") || die "mktemp failed"
+qpid= keep=0
+cleanup() {
+	[ -n "$qpid" ] && kill -9 "$qpid" 2>/dev/null
+	if [ $keep = 1 ]; then
+		rm -f "$run/env.sh"
+		echo "rxe-vm: kept the guest console log and spec in $run" >&2
+	else
+		rm -rf "$run"
+	fi
+}
+trap cleanup EXIT
+trap 'echo "rxe-vm: interrupted" >&2; exit 130' INT TERM HUP
+
+# --- what the guest needs to know: boot.sh (for init), spec.sh and env.sh --
+shares=() tags=""
+add_share() {
+	local d i
+	d=$(cd "$1" 2>/dev/null && pwd -P) || die "cannot share '$1': no such directory"
+	for i in "${shares[@]}"; do
+		case "$d/" in "$i"/*) return ;; esac
+	done
+	shares+=("$d")
+}
+add_share "$course"
+add_share "$PWD"
+IFS=: read -ra extra <<<"${RXE_VM_SHARE:-}"
+for d in "${extra[@]}"; do [ -n "$d" ] && add_share "$d"; done
+virtfs=()
+for i in "${!shares[@]}"; do
+	case "${shares[$i]}" in *[[:space:]\'\"]*) die "cannot share '${shares[$i]}': its path has white space or quotes" ;; esac
+	tags+="share$i=${shares[$i]} "
+	virtfs+=(-virtfs "local,path=${shares[$i]},mount_tag=share$i,security_model=none,multidevs=remap")
+done
+printf "SHARES='%s'\nCOURSE_DIR='%s'\n" "$tags" "$(cd "$course" && pwd -P)" >"$run/boot.sh"
+{
+	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\n' \
+		"$(cd "$course" && pwd -P)" "$(pwd -P)" "$interactive"
+	printf 'CMD=('
+	printf '%q ' "$@"
+	printf ')\n'
+} >"$run/spec.sh"
+# The caller's exported environment, less what names this host's session.
+export -p | grep -Ev '^declare -x (BASH_[A-Z_]*|HOSTNAME|OLDPWD|PWD|SHLVL|TMPDIR|_|DISPLAY|XAUTHORITY|SSH_[A-Z_]*|DBUS_[A-Z_]*)(=|$)' >"$run/env.sh"
+
+# --- accelerator: KVM only when a short boot probe proves it works ---------
+kvm_works() {
+	[ -r /dev/kvm ] && [ -w /dev/kvm ] || return 1
+	local key probe
+	key="$cache/kvm-probe-$(basename "$entry")-$("$qemu" --version | head -n1 | tr -cd '0-9.')"
+	[ -e "$key" ] && { [ "$(cat "$key")" = ok ]; return; }
+	probe=$(timeout 20 "$qemu" -enable-kvm -cpu host -m 256M -nodefaults -display none \
+		-no-reboot -kernel "$entry/vmlinuz" -append "console=ttyS0 panic=-1 rdinit=/bin/busybox" \
+		-initrd "$entry/initrd.cpio" -serial stdio 2>&1 </dev/null | grep -c 'Run /bin/busybox')
+	if [ "${probe:-0}" -gt 0 ]; then echo ok >"$key"; else echo fail >"$key"; fi
+	[ "$(cat "$key")" = ok ]
+}
+case "${RXE_VM_ACCEL:-auto}" in
+auto) if kvm_works; then accel=(-accel kvm -cpu host); else accel=(-accel tcg,thread=multi -cpu max); fi ;;
+kvm) accel=(-accel kvm -cpu host) ;;
+tcg) accel=(-accel tcg,thread=multi -cpu max) ;;
+*) die "RXE_VM_ACCEL must be auto, kvm or tcg, got '$RXE_VM_ACCEL'" 2 ;;
+esac
+
+append="console=ttyS0 panic=-1 rdinit=/init"
+if [ "${RXE_VM_VERBOSE:-0}" = 1 ] || [ $interactive = 1 ]; then
+	append+=" loglevel=4"
+else
+	append+=" quiet loglevel=1"
+fi
+if [ $interactive = 1 ]; then
+	console=(-serial mon:stdio)
+else
+	console=(-serial "file:$run/console.log")
+fi
+
+# The guest's ttyS1/ttyS2 reach our stdout/stderr through FIFOs that cat
+# drains: cat shares our descriptors, so output to a regular file lands at
+# the right offset (QEMU reopening /dev/fd/1 would write over it).
+mkfifo "$run/stdout" "$run/stderr" || die "mkfifo failed in $run"
+cat "$run/stdout" &
+cat_out=$!
+cat "$run/stderr" >&2 &
+cat_err=$!
+
+"$qemu" "${accel[@]}" -m "${RXE_VM_MEM:-2G}" -smp "${RXE_VM_SMP:-2}" \
+	-nodefaults -no-user-config -display none -no-reboot \
+	-kernel "$entry/vmlinuz" -initrd "$entry/initrd.cpio" -append "$append" \
+	-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
+	-virtfs "local,path=$run,mount_tag=run,security_model=none,multidevs=remap" \
+	"${virtfs[@]}" \
+	"${console[@]}" \
+	-chardev "file,id=out,path=$run/stdout" -serial chardev:out \
+	-chardev "file,id=err,path=$run/stderr" -serial chardev:err \
+	</dev/null 2>"$run/qemu.err" &
+qpid=$!
+[ $interactive = 1 ] && wait "$qpid" 2>/dev/null
+deadline=$((SECONDS + timeout))
+while kill -0 "$qpid" 2>/dev/null; do
+	if [ "$SECONDS" -ge "$deadline" ]; then
+		kill -9 "$qpid" 2>/dev/null
+		wait "$qpid" 2>/dev/null
+		for f in stdout stderr; do : <>"$run/$f"; done
+		wait "$cat_out" "$cat_err"
+		qpid= keep=1
+		echo "rxe-vm: the command did not finish within ${timeout} s; the VM was killed" >&2
+		echo "rxe-vm: command: $*" >&2
+		exit 124
+	fi
+	sleep 0.2
+done
+wait "$qpid"
+qrc=$?
+qpid=
+# If QEMU died before opening the FIFOs, a reader is still waiting: an
+# O_RDWR open (never blocks) gives it a writer and, at once, end-of-file.
+for f in stdout stderr; do : <>"$run/$f"; done
+wait "$cat_out" "$cat_err"
+
+if [ -e "$run/rc" ]; then
+	exit "$(cat "$run/rc")"
+fi
+keep=1
+echo "rxe-vm: the VM stopped before the command finished (qemu exit $qrc)" >&2
+[ -s "$run/setup-error" ] && cat "$run/setup-error" >&2
+[ -s "$run/qemu.err" ] && sed 's/^/rxe-vm: qemu: /' "$run/qemu.err" >&2
+if [ -s "$run/console.log" ]; then
+	echo "rxe-vm: last lines of the guest console:" >&2
+	tail -n 20 "$run/console.log" | tr -d '\r' | sed 's/^/  | /' >&2
+fi
+exit 125
