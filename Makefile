@@ -1,0 +1,75 @@
+# rdma-course - graded RDMA programming lessons on SoftRoCE.
+#
+#   make grade [LESSON=NN] [SRC=DIR] [RESULTS=FILE] [JUNIT=FILE]
+#                        grade SRC (default: skeletons, your work) on an rxe device
+#   make test            the course's own tests (grader, scripts, self-check)
+#   make build LESSON=NN [SRC=DIR]   compile one lesson into build/SRC/NN-topic/
+#   make doctor          can grading run here? one PASS/FAIL line per check
+#   make vm-shell        an interactive shell in the rxe micro-VM
+#   make plot LESSON=02  draw a lesson's measurements to a PNG
+#   make bench-vm        micro-VM boot-to-ready time and with-rxe overhead
+#   make bench-grade     wall time of grading all solutions and of make test
+#   make deps            install the Debian packages the course needs (root)
+#   make clean
+
+SRC     ?= skeletons
+LESSON  ?=
+RESULTS ?=
+JUNIT   ?=
+PYTHON  ?= /usr/bin/python3
+WITH_RXE := vm-setup/with-rxe
+PYTEST  := $(PYTHON) -m pytest -c grader/pytest.ini --rootdir .
+GRADE_FLAGS := -p grader.plugin -qq --tb=no -rN --color=no \
+	-o console_output_style=classic
+
+# Output paths outside the course tree must be shared into the micro-VM.
+share_dirs = $(foreach f,$(1),$(if $(f),$(dir $(abspath $(f)))))
+export RXE_VM_SHARE := $(subst $(eval) ,:,$(strip $(RXE_VM_SHARE) \
+	$(call share_dirs,$(RESULTS) $(JUNIT))))
+
+lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
+	$(error no lesson '$(1)'; the lessons are: $(notdir $(wildcard lessons/[0-9][0-9]-*))))
+
+.PHONY: grade test build doctor vm-shell plot bench-vm bench-grade deps clean
+
+grade:
+	@$(foreach d,$(call share_dirs,$(RESULTS) $(JUNIT)),mkdir -p '$(d)' &&) true
+	@$(WITH_RXE) $(PYTEST) $(GRADE_FLAGS) grader/lessons --src='$(SRC)' \
+		$(if $(LESSON),--lesson='$(LESSON)') \
+		$(if $(RESULTS),--results='$(abspath $(RESULTS))') \
+		$(if $(JUNIT),--junitxml='$(abspath $(JUNIT))')
+
+test:
+	@$(WITH_RXE) bash grader/selftest/run-all.sh
+
+build:
+	@$(if $(LESSON),,$(error usage: make build LESSON=NN [SRC=DIR]))
+	@$(MAKE) --no-print-directory -f lessons/common/lesson.mk \
+		L=$(notdir $(call lesson_dir,$(LESSON))) S=$(SRC) \
+		OUT=build/$(SRC)/$(notdir $(call lesson_dir,$(LESSON)))
+
+doctor:
+	@vm-setup/doctor.sh
+
+vm-shell:
+	@vm-setup/microvm/run.sh --shell
+
+plot:
+	@$(if $(LESSON),,$(error usage: make plot LESSON=NN))
+	@test -x $(call lesson_dir,$(LESSON))/plot.sh || \
+		{ echo "lesson $(LESSON) has nothing to plot"; exit 2; }
+	@$(MAKE) --no-print-directory build LESSON=$(LESSON) SRC=$(SRC)
+	@$(WITH_RXE) $(call lesson_dir,$(LESSON))/plot.sh \
+		build/$(SRC)/$(notdir $(call lesson_dir,$(LESSON))) build/plots
+
+bench-vm:
+	@vm-setup/bench-vm.sh
+
+bench-grade:
+	@grader/bench-grade.sh
+
+deps:
+	@vm-setup/install-deps.sh
+
+clean:
+	rm -rf build .grade

@@ -1,0 +1,392 @@
+"""pytest plugin: gradelib-style grading of the course's lessons.
+
+    python3 -m pytest -c grader/pytest.ini -p grader.plugin grader/lessons \
+        --src=skeletons [--lesson=05,06] [--results=results.json]
+
+One line per test (`title ... OK (0.8s)`), a subtotal per lesson, `Score: N/M`
+last; pytest exits non-zero when points are missing. A failing test's
+transcript is saved under .grade/transcripts/ and its path printed with the
+lesson's hint. `make grade` runs this inside vm-setup/with-rxe.
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from . import harness
+from .harness import GradeFailure
+from .rxe import Rdma
+
+COURSE_DEFAULT = Path(__file__).resolve().parent.parent
+LESSON_FILE = re.compile(r"test_(\d\d)_")
+
+
+def points(n, title):
+    """Decorate a test with its points and its title."""
+    return pytest.mark.points(n, title)
+
+
+# ---- lessons ----------------------------------------------------------------
+
+class Lesson:
+    def __init__(self, path):
+        self.dir = path
+        self.name = path.name                   # "05-send-recv"
+        self.number = self.name[:2]             # "05"
+        meta = path / "lesson.toml"
+        try:
+            self.meta = tomllib.loads(meta.read_text())
+        except FileNotFoundError:
+            self.meta = {}
+        except tomllib.TOMLDecodeError as e:
+            raise pytest.UsageError(f"{meta}: {e}") from e
+        self.title = self.meta.get("title", self.name)
+        self.timeout = int(self.meta.get("timeout", harness.DEFAULT_TIMEOUT))
+        self.build_log = ""
+        self.warnings = ""
+
+    def hint(self, test_name):
+        return self.meta.get("hints", {}).get(test_name) or self.meta.get("hint")
+
+
+def find_lessons(course):
+    return {p.name[:2]: p for p in sorted((course / "lessons").glob("[0-9][0-9]-*"))
+            if p.is_dir()}
+
+
+def parse_lesson_arg(arg, lessons):
+    """'5', '05', '05-send-recv', '05,06', '05 06' -> ['05', '06']."""
+    want = []
+    for tok in re.split(r"[,\s]+", arg.strip()):
+        if not tok:
+            continue
+        m = re.match(r"^(\d{1,2})(-.*)?$", tok)
+        num = m.group(1).zfill(2) if m else None
+        if num not in lessons:
+            raise pytest.UsageError(
+                f"no lesson '{tok}'; the lessons are: "
+                + " ".join(f"{n} ({p.name})" for n, p in lessons.items()))
+        want.append(num)
+    return want
+
+
+# ---- building a lesson --------------------------------------------------------
+
+class Build:
+    """One lesson compiled from one SRC tree (see lessons/common/lesson.mk)."""
+
+    def __init__(self, lesson, src, course, out):
+        self.lesson, self.src, self.course, self.out = lesson, src, course, out
+        self.error = None
+        tree = src / lesson.name
+        self.repro = f"make build LESSON={lesson.number} SRC={src}"
+        if not tree.is_dir():
+            self.error = (f"{tree}/ does not exist: there is nothing to grade "
+                          f"for lesson {lesson.name} in SRC={src}")
+            return
+        cmd = ["make", "-B", "--no-print-directory", "-f",
+               "lessons/common/lesson.mk", f"L={lesson.name}", f"S={src}",
+               f"OUT={out}"]
+        res = harness.run(cmd, timeout=120, cwd=course)
+        lesson.build_log = (f"$ {shlex.join(cmd)}\n{res.stdout}{res.stderr}")
+        diag = "\n".join(line for line in res.stderr.splitlines()
+                         if not line.startswith("make"))
+        if res.returncode != 0:
+            self.error = (f"compile error (reproduce: {self.repro}):\n"
+                          + "\n".join("  | " + x for x in
+                                      (diag or res.stdout + res.stderr).splitlines()))
+        elif diag.strip():
+            lesson.warnings = diag
+
+    def path(self, prog):
+        if self.error:
+            raise GradeFailure(self.error)
+        p = self.out / prog
+        if not p.exists():
+            raise GradeFailure(f"{p} was not built (is {self.src}/"
+                               f"{self.lesson.name}/{prog}.c there?)")
+        return p
+
+    def _timeout(self, timeout):
+        return self.lesson.timeout if timeout is None else timeout
+
+    def run(self, prog, *args, timeout=None, input=None, env=None, wrap=()):
+        return harness.run([*wrap, self.path(prog), *args],
+                           timeout=self._timeout(timeout), input=input,
+                           env=env, cwd=self.course)
+
+    def start(self, prog, *args, ready=r"listening on port (\d+)",
+              timeout=None, env=None, wrap=(), input=None):
+        return harness.start([*wrap, self.path(prog), *args], ready=ready,
+                             timeout=self._timeout(timeout), env=env,
+                             cwd=self.course, input=input)
+
+    def run_cmd(self, cmd, timeout=None, input=None, env=None):
+        return harness.run(cmd, timeout=self._timeout(timeout), input=input,
+                           env=env, cwd=self.course)
+
+
+# ---- the plugin ---------------------------------------------------------------
+
+def pytest_addoption(parser):
+    g = parser.getgroup("rdma-course grader")
+    g.addoption("--src", default="skeletons",
+                help="tree shaped like skeletons/ to grade (default: skeletons)")
+    g.addoption("--lesson", default="",
+                help="grade only these lessons: 05 or 05,06")
+    g.addoption("--results", default="",
+                help="write Gradescope's results.json here")
+    g.addoption("--transcripts", default=".grade/transcripts",
+                help="where failed tests' transcripts go")
+    g.addoption("--course-root", default=str(COURSE_DEFAULT),
+                help="the course tree (default: the one holding this grader)")
+
+
+class Grader:
+    def __init__(self, config):
+        self.config = config
+        self.course = Path(config.getoption("course_root")).resolve()
+        src = Path(config.getoption("src"))
+        self.src = (src if src.is_absolute() else Path.cwd() / src).resolve()
+        if not self.src.is_dir():
+            raise pytest.UsageError(f"SRC={config.getoption('src')}: no such "
+                                    f"directory (expected a tree shaped like "
+                                    f"skeletons/)")
+        self.lessons = find_lessons(self.course)
+        arg = config.getoption("lesson")
+        self.only = parse_lesson_arg(arg, self.lessons) if arg else None
+        self.transcripts = Path(config.getoption("transcripts"))
+        self.results_path = config.getoption("results")
+        self.loaded = {}            # number -> Lesson
+        self.builds = {}            # number -> Build
+        self.items = {}             # nodeid -> (lesson number, points, title)
+        self.last_of_lesson = set()
+        self.outcome = {}           # nodeid -> dict(passed, duration, output)
+        self.started = time.monotonic()
+        self.tr = None
+
+    # -- helpers --
+    def lesson(self, num):
+        if num not in self.loaded:
+            self.loaded[num] = Lesson(self.lessons[num])
+        return self.loaded[num]
+
+    def build(self, num):
+        if num not in self.builds:
+            lesson = self.lesson(num)
+            tag = (str(self.src.relative_to(self.course))
+                   if self.src.is_relative_to(self.course)
+                   else "ext" + str(self.src))
+            out = self.course / "build" / "grade" / tag.replace("/", "_") / lesson.name
+            self.builds[num] = Build(lesson, self.src, self.course, out)
+            if lesson.warnings:
+                self.write("  compiler warnings (reproduce: "
+                           f"{self.builds[num].repro}):")
+                for line in lesson.warnings.splitlines():
+                    self.write("  | " + line)
+        return self.builds[num]
+
+    def write(self, line=""):
+        if self.tr is None:
+            self.tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.tr:
+            self.tr.write_line(line)
+        else:
+            print(line, flush=True)
+
+    # -- collection --
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session, config, items):
+        keep, dropped = [], []
+        for item in items:
+            m = LESSON_FILE.match(item.path.name)
+            if not m or m.group(1) not in self.lessons:
+                raise pytest.UsageError(f"{item.path}: a grader test file is "
+                                        f"named test_NN_topic.py after a lesson "
+                                        f"lessons/NN-*")
+            num = m.group(1)
+            if self.only and num not in self.only:
+                dropped.append(item)
+                continue
+            mark = item.get_closest_marker("points")
+            if not mark or len(mark.args) != 2:
+                raise pytest.UsageError(f"{item.nodeid}: every grader test "
+                                        f"needs @points(N, 'title')")
+            self.items[item.nodeid] = (num, mark.args[0], mark.args[1])
+            t = self.lesson(num).meta.get("test_timeout")
+            if t and not item.get_closest_marker("timeout"):
+                item.add_marker(pytest.mark.timeout(int(t)))
+            keep.append(item)
+        if self.only:
+            missing = set(self.only) - {self.items[i.nodeid][0] for i in keep}
+            if missing:
+                raise pytest.UsageError("no grader tests for lesson(s) "
+                                        + ", ".join(sorted(missing)))
+        keep.sort(key=lambda i: self.items[i.nodeid][0])
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+        for a, b in zip(keep, keep[1:] + [None]):
+            if b is None or self.items[a.nodeid][0] != self.items[b.nodeid][0]:
+                self.last_of_lesson.add(a.nodeid)
+
+    # -- running --
+    def pytest_runtest_logstart(self, nodeid, location):
+        num = self.items[nodeid][0]
+        first = not any(self.items[n][0] == num for n in self.outcome)
+        if first:
+            lesson = self.lesson(num)
+            self.write(f"== {lesson.name}: {lesson.title} ==")
+
+    def pytest_runtest_setup(self, item):
+        harness.new_transcript()
+
+    def pytest_report_teststatus(self, report, config):
+        # Our own lines replace pytest's progress letters.
+        if report.when == "call" or (report.when == "setup" and report.failed):
+            return report.outcome, "", ""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        nodeid = item.nodeid
+        rec = self.outcome.setdefault(nodeid, {"passed": True, "duration": 0.0,
+                                               "output": ""})
+        rec["duration"] += report.duration
+        if report.failed:
+            rec["passed"] = False
+            if not rec["output"]:
+                rec["output"] = self.failure_text(item, call, report)
+
+    def failure_text(self, item, call, report):
+        exc = call.excinfo
+        if exc and isinstance(exc.value, GradeFailure):
+            msg = str(exc.value)
+        elif exc and exc.typename == "Failed" and "Timeout" in str(exc.value):
+            msg = (f"the test did not finish within its time limit and was "
+                   f"stopped: {str(exc.value).splitlines()[0]}")
+        elif exc:
+            msg = (f"{exc.typename}: {exc.value}\n(grader traceback)\n"
+                   + str(report.longreprtext)[-2000:])
+        else:
+            msg = str(report.longreprtext)[-2000:]
+        num = self.items[item.nodeid][0]
+        lesson = self.lesson(num)
+        path = self.save_transcript(item, lesson, msg)
+        lines = [msg, f"transcript: {path}"]
+        hint = lesson.hint(item.originalname or item.name)
+        if hint:
+            lines.append(f"hint: {hint}")
+        return "\n".join(lines)
+
+    def save_transcript(self, item, lesson, msg):
+        d = self.transcripts / lesson.name
+        d.mkdir(parents=True, exist_ok=True)
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", item.name)
+        path = d / f"{safe}.log"
+        num, pts, title = self.items[item.nodeid]
+        path.write_text(f"test: {title} ({pts} points)\nlesson: {lesson.name}\n"
+                        f"src: {self.src}\n\n== failure ==\n{msg}\n\n"
+                        f"== build ==\n{lesson.build_log}\n"
+                        f"== commands ==\n{harness.current_transcript().text()}\n")
+        return path
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        num, pts, title = self.items[nodeid]
+        rec = self.outcome[nodeid]
+        verdict = "OK" if rec["passed"] else "FAIL"
+        self.write(f"  {title} ... {verdict} ({rec['duration']:.1f}s)")
+        if not rec["passed"]:
+            for line in rec["output"].splitlines():
+                self.write("      " + line)
+        if nodeid in self.last_of_lesson:
+            got, total = self.subtotal(num)
+            self.write(f"  {self.lesson(num).name}: {got}/{total}")
+
+    def subtotal(self, num):
+        got = total = 0
+        for nodeid, (n, pts, _) in self.items.items():
+            if n == num:
+                total += pts
+                if self.outcome.get(nodeid, {}).get("passed"):
+                    got += pts
+        return got, total
+
+    def score(self):
+        got = sum(p for nid, (_, p, _) in self.items.items()
+                  if self.outcome.get(nid, {}).get("passed"))
+        return got, sum(p for _, p, _ in self.items.values())
+
+    # -- the end --
+    def pytest_sessionfinish(self, session, exitstatus):
+        got, total = self.score()
+        if self.results_path:
+            tests = []
+            for nodeid, (num, pts, title) in self.items.items():
+                rec = self.outcome.get(nodeid, {"passed": False, "output":
+                                                "not run", "duration": 0})
+                tests.append({
+                    "name": f"{self.lesson(num).name}: {title}",
+                    "score": pts if rec["passed"] else 0,
+                    "max_score": pts,
+                    "status": "passed" if rec["passed"] else "failed",
+                    "output": rec["output"],
+                    "execution_time": round(rec["duration"], 2),
+                })
+            data = {"score": got, "max_score": total,
+                    "execution_time": round(time.monotonic() - self.started, 1),
+                    "output": f"Score: {got}/{total} (SRC={self.src})",
+                    "tests": tests}
+            p = Path(self.results_path)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(json.dumps(data, indent=2) + "\n")
+        if self.items and got < total and session.exitstatus == 0:
+            session.exitstatus = 1
+
+    def pytest_unconfigure(self, config):
+        if self.items:
+            got, total = self.score()
+            self.write(f"Score: {got}/{total}")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "points(n, title): a graded test")
+    if config.getoption("help", False):
+        return
+    config.pluginmanager.register(Grader(config), "rdma-course-grader")
+
+
+def _grader(request):
+    return request.config.pluginmanager.get_plugin("rdma-course-grader")
+
+
+def _lesson_num(request):
+    return LESSON_FILE.match(request.path.name).group(1)
+
+
+@pytest.fixture(scope="module")
+def lesson(request):
+    return _grader(request).lesson(_lesson_num(request))
+
+
+@pytest.fixture(scope="module")
+def build(request):
+    return _grader(request).build(_lesson_num(request))
+
+
+@pytest.fixture(scope="session")
+def rdma():
+    r = Rdma()
+    if not r.available():
+        raise GradeFailure(
+            "no RDMA device to grade on: RDMA_DEVICE is not set or does not "
+            "exist. Run the grader through vm-setup/with-rxe (make grade does).")
+    return r
