@@ -1,0 +1,112 @@
+#!/bin/bash
+# doctor.sh (make doctor) - can grading run here? One PASS/FAIL/WARN line per
+# check, with the fix for each FAIL. Exit 0 only when grading can run: a
+# native rxe device is ready, or the micro-VM boots with one.
+#
+# usage: vm-setup/doctor.sh [--no-vm]
+#   --no-vm   skip the micro-VM boot check (about 10 s)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib/rxe.sh"
+
+boot_vm=1
+case "${1:-}" in
+"") ;;
+--no-vm) boot_vm=0 ;;
+-h | --help) sed -n '2,9s/^# \{0,1\}//p' "$0"; exit 0 ;;
+*) echo "doctor: unknown option '$1' (usage: doctor.sh [--no-vm])" >&2; exit 2 ;;
+esac
+
+fails=0
+pass() { printf 'PASS  %s\n' "$1"; }
+warn() { printf 'WARN  %s\n      fix: %s\n' "$1" "$2"; }
+fail() {
+	printf 'FAIL  %s\n      fix: %s\n' "$1" "$2"
+	fails=$((fails + 1))
+}
+
+# 1. packages
+if missing=$("$here/install-deps.sh" --check 2>&1); then
+	pass "packages: all installed"
+else
+	fail "packages: ${missing#install-deps: }" "sudo vm-setup/install-deps.sh"
+fi
+
+# 2. a native device
+native=$(rxe_find_ready)
+if [ -n "$native" ]; then
+	read -r dev gid ip netdev <<<"$native"
+	pass "native RDMA device: $dev port 1 ACTIVE, GID index $gid is RoCE v2 $ip (on $netdev)"
+else
+	devs=$(ls "$SYSFS_IB" 2>/dev/null | tr '\n' ' ')
+	if [ -n "$devs" ]; then
+		for d in $devs; do
+			st=$(rxe_port_state "$d")
+			if [ "$st" != ACTIVE ]; then
+				warn "native RDMA device $d: port 1 is $st" "bring its netdev up: ip link set IF up"
+			elif ! rxe_gid_index "$d" >/dev/null; then
+				warn "native RDMA device $d: no IPv4 RoCE v2 GID" "give its netdev an IPv4 address"
+			fi
+		done
+	elif modinfo rdma_rxe >/dev/null 2>&1; then
+		warn "native RDMA device: none, but this kernel has rdma_rxe" "sudo vm-setup/setup-rxe.sh (or let the micro-VM be used)"
+	else
+		warn "native RDMA device: none, and this kernel ($(uname -r)) has no rdma_rxe (WSL2, containers)" \
+			"nothing to fix: the micro-VM is used (next checks)"
+	fi
+fi
+
+# 3. memlock: registration pins pages against RLIMIT_MEMLOCK
+lim=$(ulimit -l)
+if [ "$lim" = unlimited ] || [ "$lim" -ge 65536 ]; then
+	pass "memlock limit (ulimit -l): $lim"
+elif [ "$(id -u)" = 0 ]; then
+	pass "memlock limit (ulimit -l): $lim KiB, but root (CAP_IPC_LOCK) is not bound by it"
+else
+	warn "memlock limit (ulimit -l): $lim KiB; lesson 02 registers up to 64 MiB natively" \
+		"add '$(id -un) - memlock unlimited' to /etc/security/limits.d/rdma.conf and log in again"
+fi
+
+# 4. UDP 4791 (RoCE v2) must not be filtered on a native device
+if [ -n "$native" ]; then
+	rules=$( { nft list ruleset 2>/dev/null; iptables -S 2>/dev/null; } | grep -w 4791 | grep -Ei 'drop|reject')
+	if [ -n "$rules" ]; then
+		fail "firewall filters UDP 4791 (RoCE v2): $rules" "allow UDP port 4791 on $netdev"
+	else
+		pass "no firewall rule drops UDP 4791 (RoCE v2)"
+	fi
+fi
+
+# 5. the micro-VM
+if command -v qemu-system-x86_64 >/dev/null; then
+	pass "QEMU: $(qemu-system-x86_64 --version | head -n 1)"
+else
+	fail "QEMU: qemu-system-x86_64 is missing" "sudo vm-setup/install-deps.sh"
+fi
+if [ -r /dev/kvm ] && [ -w /dev/kvm ]; then
+	pass "KVM: /dev/kvm is usable (the micro-VM still proves it with a boot probe)"
+else
+	warn "KVM: /dev/kvm missing or not accessible; the micro-VM runs under TCG (slower, works)" \
+		"none needed; for speed: add yourself to group kvm"
+fi
+vm_ok=0
+if [ $boot_vm = 1 ] && command -v qemu-system-x86_64 >/dev/null; then
+	t0=$(date +%s%N)
+	if out=$("$here/microvm/run.sh" bash -c 'ibv_devinfo -d "$RDMA_DEVICE" | grep -q PORT_ACTIVE && echo "$RDMA_DEVICE ACTIVE, GID index $RDMA_GID_INDEX"' 2>&1); then
+		vm_ok=1
+		pass "micro-VM: $(tail -n 1 <<<"$out") ($((($(date +%s%N) - t0) / 1000000)) ms)"
+	else
+		fail "micro-VM: it did not bring up rxe:
+$(sed 's/^/      | /' <<<"$out" | tail -n 15)" "read the lines above; 'make vm-shell' opens a shell in the VM"
+	fi
+fi
+
+if [ -n "$native" ] || [ $vm_ok = 1 ]; then
+	[ $fails = 0 ] && { echo "doctor: grading can run here"; exit 0; }
+fi
+if [ $boot_vm = 0 ] && [ -z "$native" ] && [ $fails = 0 ]; then
+	echo "doctor: no native device; the micro-VM was not checked (--no-vm)"
+	exit 1
+fi
+echo "doctor: grading cannot run here until the FAIL lines are fixed"
+exit 1
