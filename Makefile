@@ -32,7 +32,10 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 
 .PHONY: grade test build doctor vm-shell plot bench-vm bench-grade deps clean
 
+comma := ,
 grade:
+	@$(foreach l,$(subst $(comma), ,$(LESSON)),$(if $(call lesson_dir,$(l)),))
+	@test -d '$(SRC)' || { echo "SRC=$(SRC): no such directory (expected a tree shaped like skeletons/)"; exit 2; }
 	@$(foreach d,$(call share_dirs,$(RESULTS) $(JUNIT)),mkdir -p '$(d)' &&) true
 	@$(WITH_RXE) $(PYTEST) $(GRADE_FLAGS) grader/lessons --src='$(SRC)' \
 		$(if $(LESSON),--lesson='$(LESSON)') \
@@ -40,7 +43,7 @@ grade:
 		$(if $(JUNIT),--junitxml='$(abspath $(JUNIT))')
 
 test:
-	@$(WITH_RXE) bash grader/selftest/run-all.sh
+	@grader/selftest/run-all.sh
 
 build:
 	@$(if $(LESSON),,$(error usage: make build LESSON=NN [SRC=DIR]))

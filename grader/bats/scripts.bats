@@ -1,0 +1,172 @@
+#!/usr/bin/env bats
+# vm-setup scripts and the Makefile: argument errors, non-root behaviour,
+# doctor on a host without rxe. Runs on the host, boots no VM.
+
+setup() {
+	load helpers
+	export BATS_LIB_PATH=/usr/lib/bats
+}
+
+@test "with-rxe: unknown option is a usage error (exit 2)" {
+	run "$COURSE/vm-setup/with-rxe" --bogus true
+	assert_failure 2
+	assert_output --partial "unknown option '--bogus'"
+}
+
+@test "with-rxe: no command is a usage error" {
+	run "$COURSE/vm-setup/with-rxe"
+	assert_failure 2
+	assert_output --partial "no command given"
+}
+
+@test "with-rxe: bad backend name is a usage error" {
+	run "$COURSE/vm-setup/with-rxe" --backend cloud true
+	assert_failure 2
+	assert_output --partial "backend must be native or vm"
+}
+
+@test "with-rxe --info names the backend" {
+	run "$COURSE/vm-setup/with-rxe" --info
+	assert_success
+	assert_output --regexp '^backend (native|vm): '
+}
+
+@test "with-rxe --backend native without a device says how to make one" {
+	[ -z "$(ls /sys/class/infiniband 2>/dev/null)" ] || skip "this host has an RDMA device"
+	run "$COURSE/vm-setup/with-rxe" --backend native true
+	assert_failure 1
+	assert_output --partial "setup-rxe.sh"
+}
+
+@test "microvm/run.sh: unknown option and missing command" {
+	run "$COURSE/vm-setup/microvm/run.sh" --nope
+	assert_failure 2
+	assert_output --partial "unknown option '--nope'"
+	run "$COURSE/vm-setup/microvm/run.sh"
+	assert_failure 2
+	assert_output --partial "no command given"
+}
+
+@test "microvm/run.sh: a non-numeric RXE_VM_TIMEOUT is refused" {
+	RXE_VM_TIMEOUT=soon run "$COURSE/vm-setup/microvm/run.sh" true
+	assert_failure 2
+	assert_output --partial "RXE_VM_TIMEOUT must be a number"
+}
+
+@test "microvm/run.sh: QEMU missing gives the install command" {
+	mkdir -p "$BATS_TEST_TMPDIR/bin"
+	for t in bash cat dirname mktemp rm sed; do ln -s "$(command -v $t)" "$BATS_TEST_TMPDIR/bin/$t"; done
+	PATH="$BATS_TEST_TMPDIR/bin" run "$COURSE/vm-setup/microvm/run.sh" true
+	assert_failure 1
+	assert_output --partial "qemu-system-x86_64 is missing"
+	assert_output --partial "install-deps.sh"
+}
+
+@test "microvm/build.sh: a missing kernel package is named, nothing is left half-built" {
+	cache="$BATS_TEST_TMPDIR/cache"
+	RXE_VM_CACHE=$cache RXE_VM_KERNEL_DEB=/nonexistent/linux-image.deb run "$COURSE/vm-setup/microvm/build.sh"
+	assert_failure 1
+	assert_output --partial "kernel package '/nonexistent/linux-image.deb' does not exist"
+	[ ! -e "$cache/current" ]
+	run find "$cache" -mindepth 1
+	assert_output ""
+}
+
+@test "microvm/build.sh: unknown option" {
+	run "$COURSE/vm-setup/microvm/build.sh" --fast
+	assert_failure 1
+	assert_output --partial "unknown option '--fast'"
+}
+
+@test "setup-rxe: unknown argument is a usage error" {
+	run "$COURSE/vm-setup/setup-rxe.sh" --frobnicate
+	assert_failure 2
+	assert_output --partial "unknown argument '--frobnicate'"
+	assert_output --partial "usage:"
+}
+
+@test "setup-rxe: --netdev without a value" {
+	run "$COURSE/vm-setup/setup-rxe.sh" --netdev
+	assert_failure 2
+	assert_output --partial "--netdev needs an interface name"
+}
+
+@test "setup-rxe: refuses to run without root and says why" {
+	run_unprivileged "$COURSE/vm-setup/setup-rxe.sh"
+	assert_failure 1
+	assert_output --partial "needs root"
+	assert_output --partial "sudo"
+}
+
+@test "setup-rxe: a wrong netdev is named with the interfaces that exist" {
+	[ "$(id -u)" = 0 ] || skip "needs root to get past the root check"
+	run "$COURSE/vm-setup/setup-rxe.sh" --netdev no-such-if0
+	assert_failure 1
+	assert_output --partial "no network interface 'no-such-if0'"
+	assert_output --partial "lo"
+	[ ! -e /sys/class/infiniband/rxe0 ] || [ -n "$(ls /sys/class/infiniband)" ]
+}
+
+@test "setup-rxe: refuses lo (librdmacm cannot use 127.0.0.0/8)" {
+	[ "$(id -u)" = 0 ] || skip "needs root to get past the root check"
+	run "$COURSE/vm-setup/setup-rxe.sh" --netdev lo
+	assert_failure 1
+	assert_output --partial "cannot use rxe on 'lo'"
+}
+
+@test "setup-rxe: on a kernel without rdma_rxe, points to the micro-VM" {
+	[ "$(id -u)" = 0 ] || skip "needs root to get past the root check"
+	modinfo rdma_rxe >/dev/null 2>&1 && skip "this kernel has rdma_rxe"
+	run "$COURSE/vm-setup/setup-rxe.sh"
+	assert_failure 1
+	assert_output --partial "cannot load the rdma_rxe kernel module"
+	assert_output --partial "with-rxe"
+	[ -z "$(ls /sys/class/infiniband 2>/dev/null)" ]
+}
+
+@test "install-deps: --check works without root and lists nothing missing after install" {
+	run_unprivileged "$COURSE/vm-setup/install-deps.sh" --check
+	assert_success
+	assert_output --partial "all"
+}
+
+@test "install-deps: unknown option" {
+	run "$COURSE/vm-setup/install-deps.sh" --yes
+	assert_failure 2
+	assert_output --partial "unknown option '--yes'"
+}
+
+@test "doctor: unknown option" {
+	run "$COURSE/vm-setup/doctor.sh" --quick
+	assert_failure 2
+	assert_output --partial "unknown option '--quick'"
+}
+
+@test "doctor --no-vm on a host without rxe: WARN for the device, names the micro-VM, exit 1" {
+	[ -z "$(ls /sys/class/infiniband 2>/dev/null)" ] || skip "this host has an RDMA device"
+	run "$COURSE/vm-setup/doctor.sh" --no-vm
+	assert_failure 1
+	assert_line --partial "PASS  packages: all installed"
+	assert_line --regexp '^WARN  native RDMA device: none'
+	assert_line --regexp '^PASS  QEMU: '
+	assert_output --partial "the micro-VM was not checked"
+}
+
+@test "make build: unknown lesson lists the lessons" {
+	run make -C "$COURSE" --no-print-directory build LESSON=42
+	assert_failure
+	assert_output --partial "no lesson '42'"
+	assert_output --partial "00-setup"
+}
+
+@test "make build without LESSON prints the usage" {
+	run make -C "$COURSE" --no-print-directory build
+	assert_failure
+	assert_output --partial "usage: make build LESSON=NN"
+}
+
+@test "make grade: an unknown lesson is refused before anything runs" {
+	RXE_BACKEND=native run make -C "$COURSE" --no-print-directory grade LESSON=77
+	assert_failure
+	assert_output --partial "no lesson '77'"
+}

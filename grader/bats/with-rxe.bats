@@ -1,0 +1,36 @@
+#!/usr/bin/env bats
+# with-rxe through the micro-VM: exit codes, stdout and stderr, files, the
+# global timeout. Each test boots the VM once (5-15 s under TCG).
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	load helpers
+	export BATS_LIB_PATH=/usr/lib/bats
+}
+
+@test "micro-VM: stdout, stderr, exit code, RDMA_* and files written in the current directory come back" {
+	cd "$BATS_TEST_TMPDIR"
+	run --separate-stderr "$COURSE/vm-setup/with-rxe" --backend vm bash -c \
+		'echo "out $RDMA_BACKEND $RDMA_DEVICE $RDMA_GID_INDEX $RDMA_IP"; echo "err line" >&2; echo kept >written.txt; exit 7'
+	assert_failure 7
+	assert_output "out vm rxe0 1 192.0.2.1"
+	[ "$stderr" = "err line" ]
+	[ "$(cat written.txt)" = kept ]
+}
+
+@test "micro-VM: a command that does not exist fails with 127 and the shell's message" {
+	run -127 "$COURSE/vm-setup/with-rxe" --backend vm no-such-command-xyz
+	assert_failure 127
+	assert_output --partial "no-such-command-xyz"
+}
+
+@test "micro-VM: a hung command is killed at RXE_VM_TIMEOUT and named (exit 124)" {
+	# TMPDIR puts this run's directory, named on QEMU's command line, here.
+	TMPDIR=$BATS_TEST_TMPDIR RXE_VM_TIMEOUT=45 run "$COURSE/vm-setup/with-rxe" --backend vm sleep 600
+	assert_failure 124
+	assert_output --partial "did not finish within 45 s"
+	assert_output --partial "sleep 600"
+	run pgrep -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
+	assert_failure
+}

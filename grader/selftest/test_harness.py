@@ -1,0 +1,108 @@
+"""The harness survives and names what bad programs do."""
+
+import os
+import time
+
+import pytest
+
+from grader import harness
+from grader.harness import GradeFailure
+
+
+def test_hang_is_killed_at_the_timeout(badprogs):
+    t0 = time.monotonic()
+    res = harness.run([badprogs["hang"]], timeout=1)
+    assert time.monotonic() - t0 < 5
+    assert res.timed_out
+    assert res.status() == "timed out after 1 s and was killed"
+    with pytest.raises(GradeFailure, match="timed out after 1 s"):
+        res.ok()
+
+
+def test_crash_is_named_by_its_signal(badprogs):
+    res = harness.run([badprogs["crash"]], timeout=10)
+    assert res.signal == "SIGSEGV"
+    assert res.status() == "crashed with SIGSEGV"
+    assert "about to crash" in res.stdout
+    with pytest.raises(GradeFailure) as e:
+        res.ok()
+    assert "crashed with SIGSEGV" in str(e.value)
+    assert str(badprogs["crash"]) in str(e.value)      # the command to reproduce
+    with pytest.raises(GradeFailure, match="clean non-zero exit"):
+        res.fails()                                     # a crash is no clean failure
+
+
+def test_child_left_running_is_killed(badprogs):
+    t0 = time.monotonic()
+    res = harness.run([badprogs["orphan"]], timeout=10)
+    assert time.monotonic() - t0 < 8
+    assert res.returncode == 0
+    pid = int(res.stdout.split()[1])
+    for _ in range(50):
+        if not os.path.exists(f"/proc/{pid}") or \
+                open(f"/proc/{pid}/stat").read().split()[2] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"child {pid} is still running")
+
+
+def test_huge_output_is_capped_not_hung(badprogs):
+    t0 = time.monotonic()
+    res = harness.run([badprogs["huge"]], timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert res.returncode == 3
+    assert len(res.stdout) < harness.OUTPUT_CAP + 200
+    assert "more bytes not kept" in res.stdout
+    with pytest.raises(GradeFailure) as e:
+        res.ok()
+    assert len(str(e.value)) < 40_000
+
+
+def test_garbage_on_stdout_is_decoded(badprogs):
+    res = harness.run([badprogs["garbage"]], timeout=10)
+    assert res.returncode == 0
+    assert "\ufffd" in res.stdout
+    assert "listening on port 4242" in res.stdout
+
+
+def test_server_readiness_line_and_port(badprogs):
+    with harness.start([badprogs["server"], "300"], ready=r"listening on port (\d+)",
+                       timeout=10, input="hello\n") as srv:
+        assert srv.port == 5555
+        res = srv.wait()
+    assert res.returncode == 0
+    assert "echo hello" in res.stdout
+
+
+def test_server_that_never_gets_ready_fails_in_time(badprogs):
+    t0 = time.monotonic()
+    with pytest.raises(GradeFailure) as e:
+        harness.start([badprogs["hang"]], ready=r"listening on port (\d+)",
+                      timeout=1)
+    assert time.monotonic() - t0 < 5
+    assert "no line matching" in str(e.value)
+
+
+def test_server_that_dies_before_ready_is_reported(badprogs):
+    with pytest.raises(GradeFailure) as e:
+        harness.start([badprogs["crash"]], ready=r"listening on port (\d+)",
+                      timeout=10)
+    assert "crashed with SIGSEGV before printing" in str(e.value)
+
+
+def test_missing_program_is_a_clear_failure(tmp_path):
+    with pytest.raises(GradeFailure, match="cannot run"):
+        harness.run([tmp_path / "nope"], timeout=5)
+
+
+def test_expect_shows_expected_and_got():
+    with pytest.raises(GradeFailure) as e:
+        harness.expect(3, 4, "the answer")
+    assert "expected: 4" in str(e.value) and "got:      3" in str(e.value)
+    harness.expect(4, 4, "the answer")
+    with pytest.raises(GradeFailure, match="expected a line matching"):
+        harness.expect_match("a\nb\n", r"^c$", "c")
+    assert harness.expect_match("a\nport 7\n", r"port (\d+)", "p").group(1) == "7"
+    with pytest.raises(GradeFailure, match="expected the line"):
+        harness.expect_line("a\nbb\n", "b", "b")

@@ -1,0 +1,189 @@
+"""The grader plugin end to end, on a throwaway course tree with a good
+lesson (whose program can pass, fail, hang and crash) and a lesson that
+does not compile."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import COURSE
+
+GOOD_C = r"""
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "ok";
+
+	if (!strcmp(mode, "hang"))
+		for (;;)
+			pause();
+	if (!strcmp(mode, "crash"))
+		return *(volatile int *)0;
+	printf("hello 42\n");
+	return 0;
+}
+"""
+
+GOOD_TESTS = '''
+from grader import expect_line, points
+
+@points(3, "prints hello 42")
+def test_pass(build):
+    expect_line(build.run("prog").ok().stdout, "hello 42", "output")
+
+@points(2, "prints hello 43")
+def test_wrong(build):
+    expect_line(build.run("prog").ok().stdout, "hello 43", "output")
+
+@points(1, "finishes")
+def test_hang(build):
+    build.run("prog", "hang", timeout=1).ok()
+
+@points(1, "does not crash")
+def test_crash(build):
+    build.run("prog", "crash").ok()
+'''
+
+BROKEN_TESTS = '''
+from grader import points
+
+@points(2, "runs")
+def test_runs(build):
+    build.run("prog").ok()
+
+@points(2, "runs again")
+def test_again(build):
+    build.run("prog").ok()
+'''
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course")
+    (root / "lessons").mkdir()
+    (root / "lessons" / "common").symlink_to(COURSE / "lessons" / "common")
+    for name, toml in (
+            ("90-good", 'title = "A good lesson"\nhint = "general hint"\n'
+                        '[hints]\ntest_wrong = "look at the number"\n'),
+            ("91-broken", 'title = "A broken lesson"\n')):
+        (root / "lessons" / name).mkdir()
+        (root / "lessons" / name / "lesson.toml").write_text(toml)
+        (root / "skeletons" / name).mkdir(parents=True)
+    (root / "skeletons" / "90-good" / "prog.c").write_text(GOOD_C)
+    (root / "skeletons" / "91-broken" / "prog.c").write_text(
+        "int main(void) { return undefined_thing; }\n")
+    (root / "grader" / "lessons").mkdir(parents=True)
+    (root / "grader" / "lessons" / "test_90_good.py").write_text(GOOD_TESTS)
+    (root / "grader" / "lessons" / "test_91_broken.py").write_text(BROKEN_TESTS)
+    return root
+
+
+def grade(course, *args, src=None):
+    cmd = [sys.executable, "-m", "pytest", "-c", str(COURSE / "grader/pytest.ini"),
+           "--rootdir", str(course), "-p", "grader.plugin", "-qq", "--tb=no",
+           "-rN", "--color=no", str(course / "grader/lessons"),
+           "--course-root", str(course), "--src", str(src or course / "skeletons"),
+           "--transcripts", str(course / "transcripts"), *args]
+    env = dict(os.environ, PYTHONPATH=str(COURSE))
+    return subprocess.run(cmd, cwd=course, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def full(course):
+    res = grade(course, "--results", str(course / "results.json"))
+    return res, json.loads((course / "results.json").read_text())
+
+
+def test_score_line_and_exit_status(full):
+    res, _ = full
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/11"
+    assert "  90-good: 3/7" in res.stdout
+    assert "  91-broken: 0/4" in res.stdout
+
+
+def test_one_line_per_test(full):
+    out = full[0].stdout
+    assert "== 90-good: A good lesson ==" in out
+    for line in ("  prints hello 42 ... OK", "  prints hello 43 ... FAIL",
+                 "  finishes ... FAIL", "  does not crash ... FAIL"):
+        assert line in out
+
+
+def test_failures_explain_themselves(full):
+    out = full[0].stdout
+    assert "expected the line: 'hello 43'" in out
+    assert "timed out after 1 s and was killed" in out
+    assert "crashed with SIGSEGV" in out
+    assert "hint: look at the number" in out            # the test's own hint
+    assert "hint: general hint" in out                  # the lesson's hint
+    assert "command: " in out                           # how to reproduce
+
+
+def test_transcripts_are_saved_for_failures_only(full, course):
+    t = course / "transcripts" / "90-good"
+    assert sorted(p.name for p in t.iterdir()) == [
+        "test_crash.log", "test_hang.log", "test_wrong.log"]
+    text = (t / "test_crash.log").read_text()
+    assert "crashed with SIGSEGV" in text and "prog crash" in text
+    assert f"transcript: {t / 'test_wrong.log'}" in full[0].stdout
+
+
+def test_compile_error_costs_only_that_lesson(full):
+    out = full[0].stdout
+    assert "compile error (reproduce: make build LESSON=91" in out
+    assert "undefined_thing" in out
+    assert "  90-good: 3/7" in out
+
+
+def test_results_json_has_gradescopes_shape(full):
+    data = full[1]
+    assert data["score"] == 3
+    assert len(data["tests"]) == 6
+    for t in data["tests"]:
+        assert set(t) >= {"name", "score", "max_score", "status", "output"}
+        assert t["status"] in ("passed", "failed")
+        assert t["score"] == (t["max_score"] if t["status"] == "passed" else 0)
+    assert {t["name"] for t in data["tests"]} >= {"90-good: prints hello 42",
+                                                  "91-broken: runs"}
+
+
+def test_one_lesson_only(course):
+    res = grade(course, "--lesson", "90")
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/7"
+    assert "91-broken" not in res.stdout
+
+
+def test_unknown_lesson_is_a_usage_error(course):
+    res = grade(course, "--lesson", "55")
+    assert res.returncode == 4
+    assert "no lesson '55'; the lessons are: 90 (90-good) 91 (91-broken)" in res.stderr
+
+
+def test_src_without_the_lesson(course, tmp_path):
+    res = grade(course, "--lesson", "90", src=tmp_path)
+    assert res.returncode == 1
+    assert "90-good/ does not exist: there is nothing to grade" in res.stdout
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 0/7"
+
+
+def test_missing_src_is_a_usage_error(course, tmp_path):
+    res = grade(course, src=tmp_path / "nope")
+    assert res.returncode == 4
+    assert "no such directory" in res.stderr
+
+
+def test_all_passing_exits_zero(course, tmp_path):
+    (tmp_path / "90-good").mkdir()
+    (tmp_path / "90-good" / "prog.c").write_text(
+        '#include <stdio.h>\nint main(void) { printf("hello 42\\nhello 43\\n"); return 0; }\n')
+    res = grade(course, "--lesson", "90", "-k", "pass or wrong", src=tmp_path)
+    assert res.returncode == 0, res.stdout
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 5/5"
