@@ -12,8 +12,8 @@ rxe_gid_index() {
 	for f in "$SYSFS_IB/$dev/ports/$port/gids/"*; do
 		[ -e "$f" ] || continue
 		idx=${f##*/}
-		gid=$(cat "$f" 2>/dev/null) || continue
-		type=$(cat "$SYSFS_IB/$dev/ports/$port/gid_attrs/types/$idx" 2>/dev/null) || continue
+		IFS= read -r gid <"$f" 2>/dev/null || continue
+		IFS= read -r type <"$SYSFS_IB/$dev/ports/$port/gid_attrs/types/$idx" 2>/dev/null || continue
 		case "$type" in *"v2"*) ;; *) continue ;; esac
 		case "$gid" in
 		0000:0000:0000:0000:0000:ffff:*)
@@ -30,7 +30,7 @@ rxe_gid_index() {
 # rxe_port_state DEV [PORT] - print the port state word (ACTIVE, DOWN, ...).
 rxe_port_state() {
 	local s
-	s=$(cat "$SYSFS_IB/$1/ports/${2:-1}/state" 2>/dev/null) || return 1
+	IFS= read -r s <"$SYSFS_IB/$1/ports/${2:-1}/state" 2>/dev/null || return 1
 	echo "${s#*: }"
 }
 
@@ -43,7 +43,7 @@ rxe_find_ready() {
 		dev=${d##*/}
 		[ "$(rxe_port_state "$dev")" = ACTIVE ] || continue
 		gi=$(rxe_gid_index "$dev") || continue
-		netdev=$(cat "$SYSFS_IB/$dev/ports/1/gid_attrs/ndevs/${gi%% *}" 2>/dev/null)
+		IFS= read -r netdev <"$SYSFS_IB/$dev/ports/1/gid_attrs/ndevs/${gi%% *}" 2>/dev/null
 		echo "$dev $gi ${netdev:-?}"
 		return 0
 	done

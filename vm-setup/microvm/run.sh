@@ -10,7 +10,8 @@
 #   RXE_VM_MEM=M       guest memory (default 2G)      RXE_VM_SMP=N  CPUs (default 2)
 #   RXE_VM_SHARE=D:D   more host directories to share read-write (the course
 #                      tree and the current directory always are)
-#   RXE_VM_VERBOSE=1   show the guest's boot console
+#   RXE_VM_VERBOSE=1   keep the guest's console log (kernel messages and boot
+#                      timings) in the run directory, whose path is printed
 #   RXE_VM_CACHE, RXE_VM_KERNEL_DEB: see build.sh
 set -uo pipefail
 
@@ -77,9 +78,11 @@ for i in "${!shares[@]}"; do
 	virtfs+=(-virtfs "local,path=${shares[$i]},mount_tag=share$i,security_model=none,multidevs=remap")
 done
 printf "SHARES='%s'\nCOURSE_DIR='%s'\n" "$tags" "$(cd "$course" && pwd -P)" >"$run/boot.sh"
+verbose=${RXE_VM_VERBOSE:-0}
+[ "$verbose" = 1 ] && keep=1
 {
-	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\n' \
-		"$(cd "$course" && pwd -P)" "$(pwd -P)" "$interactive"
+	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\nVERBOSE=%s\n' \
+		"$(cd "$course" && pwd -P)" "$(pwd -P)" "$interactive" "$verbose"
 	printf 'CMD=('
 	printf '%q ' "$@"
 	printf ')\n'
@@ -106,8 +109,8 @@ tcg) accel=(-accel tcg,thread=multi -cpu max) ;;
 *) die "RXE_VM_ACCEL must be auto, kvm or tcg, got '$RXE_VM_ACCEL'" 2 ;;
 esac
 
-append="console=ttyS0 panic=-1 rdinit=/init"
-if [ "${RXE_VM_VERBOSE:-0}" = 1 ] || [ $interactive = 1 ]; then
+append="console=ttyS0 panic=-1 rdinit=/init ${RXE_VM_APPEND:-}"
+if [ "$verbose" = 1 ] || [ $interactive = 1 ]; then
 	append+=" loglevel=4"
 else
 	append+=" quiet loglevel=1"

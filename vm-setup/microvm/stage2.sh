@@ -1,11 +1,20 @@
 #!/bin/bash
-# Guest side of the micro-VM, PID 1 after switch_root: bring up rxe0 on a
-# dummy netdev, run the command from /run/rxe-vm/spec.sh with its stdout on
+# Guest side of the micro-VM, PID 1 after switch_root: bring up rxe0 on the
+# dummy netdev init made, run the command from /run/rxe-vm/spec.sh with its stdout on
 # ttyS1 and stderr on ttyS2 (the host streams both), write its exit code to
 # /run/rxe-vm/rc, power off.
 RUN=/run/rxe-vm
+BB=/run/rxe-vm-bin/busybox
 . "$RUN/spec.sh"
 . "$COURSE_DIR/vm-setup/lib/rxe.sh"
+
+# mark LABEL - with RXE_VM_VERBOSE=1, log the guest uptime at LABEL on the console.
+mark() {
+	local up
+	[ "${VERBOSE:-0}" = 1 ] || return 0
+	read -r up _ </proc/uptime
+	echo "rxe-vm: $up $1" >/dev/console
+}
 
 poweroff_now() {
 	sync
@@ -19,28 +28,27 @@ fail() {
 	poweroff_now
 }
 
-mkdir -p /dev/pts
-mount -t devpts -o gid=5,mode=620 devpts /dev/pts
-ln -sf /proc/self/fd /dev/fd
-hostname rxe-vm
-ip link set lo up
-ip link add rdma0 type dummy &&
-	ip addr add 192.0.2.1/24 dev rdma0 &&
-	ip link set rdma0 up || fail "cannot create the dummy netdev rdma0"
+mark "stage2 started"
+$BB mkdir -p /dev/pts
+$BB mount -t devpts -o gid=5,mode=620 devpts /dev/pts
+$BB ln -sf /proc/self/fd /dev/fd
+echo rxe-vm >/proc/sys/kernel/hostname
 rdma link add rxe0 type rxe netdev rdma0 || fail "rdma link add rxe0 failed"
+mark "rxe0 added"
 ready=$(rxe_wait_ready 10) || fail "rxe0 did not become ACTIVE with a RoCE v2 IPv4 GID"
-chmod 0666 /dev/infiniband/* 2>/dev/null
+$BB chmod 0666 /dev/infiniband/* 2>/dev/null
 read -r dev gid ip netdev <<<"$ready"
-echo "$(cut -d' ' -f1 /proc/uptime)" >"$RUN/ready-uptime"
+read -r up _ </proc/uptime
+echo "$up" >"$RUN/ready-uptime"
+mark "rxe0 ready"
 
 # The host's environment, then what the course promises every command.
 . "$RUN/env.sh"
 export RDMA_BACKEND=vm RDMA_DEVICE=$dev RDMA_GID_INDEX=$gid RDMA_IP=$ip RDMA_NETDEV=$netdev
 cd "$CWD" || fail "cannot cd to $CWD"
 
-for t in /dev/ttyS1 /dev/ttyS2; do stty -F "$t" raw -echo; done
 if [ "$INTERACTIVE" = 1 ]; then
-	stty -F /dev/ttyS0 sane
+	$BB stty -F /dev/ttyS0 sane
 	echo "rxe-vm: $RDMA_DEVICE is ACTIVE, GID index $RDMA_GID_INDEX, IP $RDMA_IP. Leave with 'exit'."
 	setsid -c bash -i <>/dev/ttyS0 >&0 2>&0
 	rc=$?
@@ -49,6 +57,7 @@ else
 	rc=$?
 fi
 # stty's tcsetattr(TCSADRAIN) waits until the ports have sent everything.
-for t in /dev/ttyS1 /dev/ttyS2; do stty -F "$t" raw; done
+for t in /dev/ttyS1 /dev/ttyS2; do $BB stty -F "$t" raw; done
 echo "$rc" >"$RUN/rc"
+mark "command done"
 poweroff_now
