@@ -12,8 +12,6 @@ lesson's hint. `make grade` runs this inside vm-setup/with-rxe.
 import json
 import os
 import re
-import shlex
-import subprocess
 import time
 import tomllib
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from . import harness
+from .build import build_dir, compile_lesson
 from .harness import GradeFailure
 from .rxe import Rdma
 
@@ -91,17 +90,14 @@ class Build:
             self.error = (f"{tree}/ does not exist: there is nothing to grade "
                           f"for lesson {lesson.name} in SRC={src}")
             return
-        cmd = ["make", "-B", "--no-print-directory", "-f",
-               "lessons/common/lesson.mk", f"L={lesson.name}", f"S={src}",
-               f"OUT={out}"]
-        res = harness.run(cmd, timeout=120, cwd=course)
-        lesson.build_log = (f"$ {shlex.join(cmd)}\n{res.stdout}{res.stderr}")
-        diag = "\n".join(line for line in res.stderr.splitlines()
+        rc, out, err, cmd = compile_lesson(course, src, lesson.name)
+        lesson.build_log = f"$ {cmd}\n{out}{err}"
+        diag = "\n".join(line for line in err.splitlines()
                          if not line.startswith("make"))
-        if res.returncode != 0:
+        if rc != 0:
             self.error = (f"compile error (reproduce: {self.repro}):\n"
                           + "\n".join("  | " + x for x in
-                                      (diag or res.stdout + res.stderr).splitlines()))
+                                      (diag or out + err).splitlines()))
         elif diag.strip():
             lesson.warnings = diag
 
@@ -181,10 +177,7 @@ class Grader:
     def build(self, num):
         if num not in self.builds:
             lesson = self.lesson(num)
-            tag = (str(self.src.relative_to(self.course))
-                   if self.src.is_relative_to(self.course)
-                   else "ext" + str(self.src))
-            out = self.course / "build" / "grade" / tag.replace("/", "_") / lesson.name
+            out = build_dir(self.course, self.src, lesson.name)
             self.builds[num] = Build(lesson, self.src, self.course, out)
             if lesson.warnings:
                 self.write("  compiler warnings (reproduce: "
@@ -265,6 +258,12 @@ class Grader:
             rec["passed"] = False
             if not rec["output"]:
                 rec["output"] = self.failure_text(item, call, report)
+        elif report.skipped:
+            # A graded test that could not check anything earns nothing.
+            rec["passed"] = False
+            reason = (call.excinfo.value.msg if call.excinfo and
+                      hasattr(call.excinfo.value, "msg") else "skipped")
+            rec["output"] = f"not checked (skipped: {reason}): no points"
 
     def failure_text(self, item, call, report):
         exc = call.excinfo

@@ -48,6 +48,11 @@ def test_hang(build):
 @points(1, "does not crash")
 def test_crash(build):
     build.run("prog", "crash").ok()
+
+@points(1, "cannot check")
+def test_skipped(build):
+    import pytest
+    pytest.skip("nothing to check here")
 '''
 
 BROKEN_TESTS = '''
@@ -104,8 +109,8 @@ def full(course):
 def test_score_line_and_exit_status(full):
     res, _ = full
     assert res.returncode == 1, res.stdout + res.stderr
-    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/11"
-    assert "  90-good: 3/7" in res.stdout
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/12"
+    assert "  90-good: 3/8" in res.stdout
     assert "  91-broken: 0/4" in res.stdout
 
 
@@ -136,17 +141,22 @@ def test_transcripts_are_saved_for_failures_only(full, course):
     assert f"transcript: {t / 'test_wrong.log'}" in full[0].stdout
 
 
+def test_a_skipped_test_earns_nothing(full):
+    assert "  cannot check ... FAIL" in full[0].stdout
+    assert "not checked (skipped: nothing to check here): no points" in full[0].stdout
+
+
 def test_compile_error_costs_only_that_lesson(full):
     out = full[0].stdout
     assert "compile error (reproduce: make build LESSON=91" in out
     assert "undefined_thing" in out
-    assert "  90-good: 3/7" in out
+    assert "  90-good: 3/8" in out
 
 
 def test_results_json_has_gradescopes_shape(full):
     data = full[1]
     assert data["score"] == 3
-    assert len(data["tests"]) == 6
+    assert len(data["tests"]) == 7
     for t in data["tests"]:
         assert set(t) >= {"name", "score", "max_score", "status", "output"}
         assert t["status"] in ("passed", "failed")
@@ -157,7 +167,7 @@ def test_results_json_has_gradescopes_shape(full):
 
 def test_one_lesson_only(course):
     res = grade(course, "--lesson", "90")
-    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/7"
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/8"
     assert "91-broken" not in res.stdout
 
 
@@ -171,7 +181,7 @@ def test_src_without_the_lesson(course, tmp_path):
     res = grade(course, "--lesson", "90", src=tmp_path)
     assert res.returncode == 1
     assert "90-good/ does not exist: there is nothing to grade" in res.stdout
-    assert res.stdout.rstrip().splitlines()[-1] == "Score: 0/7"
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 0/8"
 
 
 def test_missing_src_is_a_usage_error(course, tmp_path):
