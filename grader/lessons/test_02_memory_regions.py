@@ -1,0 +1,219 @@
+"""Lesson 02: memory regions - reg_mr (access flags, keys, refusals) and
+reg_cost (what registration costs, by size).
+
+The keys reg_mr prints are compared with the kernel's own record of the MR
+(`rdma resource show mr`, while reg_mr --hold keeps it registered). The
+refusals come from the kernel: REMOTE_WRITE without LOCAL_WRITE (EINVAL), and
+a region larger than RLIMIT_MEMLOCK for a process without CAP_IPC_LOCK
+(ENOMEM), which is why that test drops root's privileges first.
+"""
+
+import ctypes.util
+import functools
+import json
+import os
+import shutil
+
+from grader import GradeFailure, expect, expect_match, points
+
+MR_RE = (r"^mr addr 0x([0-9a-f]+) length (\d+) lkey 0x([0-9a-f]{8}) "
+         r"rkey 0x([0-9a-f]{8}) access (\S+)$")
+NO_SUCH = "nosuchdev0"
+COST_HEADER = "size_bytes,reg_us,dereg_us"
+COST_ARGS = ("--max-size", "32M", "-n", "5")
+
+
+def _cmd(build, prog, *args, wrap=()):
+    return " ".join([*wrap, str(build.path(prog)), *args])
+
+
+def _mr_line(build, res, *args):
+    return expect_match(res.stdout, MR_RE,
+                        f"stdout of '{_cmd(build, 'reg_mr', *args)}'")
+
+
+@points(2, "reg_mr registers: length and access as asked")
+def test_reg_mr(build, rdma):
+    args = ("-s", "8192")
+    res = build.run("reg_mr", *args).ok(_cmd(build, "reg_mr", *args))
+    m = _mr_line(build, res, *args)
+    expect(int(m.group(2)), 8192, "length of the MR")
+    expect(m.group(5), "local_write", "access (the default)")
+    args = ("-s", "4096", "--access", "remote_read,local_write,remote_write")
+    res = build.run("reg_mr", *args).ok(_cmd(build, "reg_mr", *args))
+    m = _mr_line(build, res, *args)
+    expect(m.group(5), "local_write,remote_write,remote_read",
+           f"access printed by '{_cmd(build, 'reg_mr', *args)}'")
+
+
+@points(3, "lkey, rkey and length are the kernel's (rdma resource show mr)")
+def test_keys_are_real(build, rdma):
+    if not shutil.which("rdma"):
+        raise GradeFailure("the 'rdma' tool (iproute2) is not installed")
+    args = ("-s", "12288", "--access", "local_write,remote_read", "--hold", "20")
+    with build.start("reg_mr", *args, ready=MR_RE) as proc:
+        m = proc.match
+        res = build.run_cmd(["rdma", "-j", "resource", "show", "mr"]).ok(
+            "rdma -j resource show mr")
+        mine = [e for e in json.loads(res.stdout or "[]")
+                if e.get("pid") == proc.proc.pid]
+        if len(mine) != 1:
+            raise GradeFailure(
+                f"'rdma resource show mr' lists {len(mine)} MRs of "
+                f"'{_cmd(build, 'reg_mr', *args)}' (pid {proc.proc.pid}) "
+                f"while it holds its region; expected 1\n{res.stdout}")
+        mr = mine[0]
+        expect(int(m.group(2)), mr.get("mrlen"), "length printed vs mrlen")
+        expect(int(m.group(2)), 12288, "length printed vs -s 12288")
+        # Without CAP_NET_ADMIN the kernel does not show the keys.
+        if "lkey" in mr:
+            expect(int(m.group(3), 16), int(mr["lkey"], 16), "lkey printed vs "
+                   "the kernel's lkey")
+        if "rkey" in mr:
+            expect(int(m.group(4), 16), int(mr["rkey"], 16), "rkey printed vs "
+                   "the kernel's rkey")
+
+
+@points(3, "REMOTE_WRITE without LOCAL_WRITE is refused (EINVAL), explained")
+def test_remote_write_needs_local_write(build, rdma):
+    for access in ("remote_write", "remote_read,remote_atomic"):
+        args = ("--access", access)
+        res = build.run("reg_mr", *args).fails(1, _cmd(build, "reg_mr", *args))
+        expect_match(res.stderr,
+                     rf"^reg_mr: ibv_reg_mr\(4096 bytes, access {access}\) "
+                     r"failed: Invalid argument \(EINVAL\): .*local_write",
+                     f"stderr of '{_cmd(build, 'reg_mr', *args)}' (the hint "
+                     f"must name local_write)")
+
+
+def _limited(limit_kib):
+    """A wrapper running the program without CAP_IPC_LOCK under
+    `ulimit -l limit_kib` (as nobody when we are root: root ignores it)."""
+    shell = ["bash", "-c", f'ulimit -l {limit_kib} && exec "$0" "$@"']
+    if os.geteuid() != 0:
+        return shell
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", *shell]
+
+
+@points(3, "beyond the memlock limit: refused (ENOMEM), names ulimit -l")
+def test_memlock_limit(build, rdma):
+    wrap = _limited(64)
+    small = ("-s", "16K")
+    res = build.run("reg_mr", *small, wrap=wrap)
+    res.ok(f"under a 64 KiB memlock limit, 16 KiB must still register: "
+           f"{_cmd(build, 'reg_mr', *small, wrap=wrap)}")
+    big = ("-s", "1M")
+    res = build.run("reg_mr", *big, wrap=wrap)
+    res.fails(1, _cmd(build, "reg_mr", *big, wrap=wrap))
+    expect_match(res.stderr,
+                 r"^reg_mr: ibv_reg_mr\(1048576 bytes, access local_write\) "
+                 r"failed: Cannot allocate memory \(ENOMEM\): .*ulimit -l",
+                 f"stderr of '{_cmd(build, 'reg_mr', *big, wrap=wrap)}' (the "
+                 f"hint must name the limit and 'ulimit -l')")
+
+
+def leak_checker():
+    """(wrap, env, description) running a program under LeakSanitizer
+    (preloaded: fast, no rebuild), or valgrind when liblsan is missing.
+    A leak makes the program exit 23."""
+    lsan = ctypes.util.find_library("lsan")
+    if lsan:
+        return ((), {"LD_PRELOAD": lsan,
+                     "LSAN_OPTIONS": "exitcode=23:color=never"},
+                f"LD_PRELOAD={lsan} LSAN_OPTIONS=exitcode=23")
+    if shutil.which("valgrind"):
+        wrap = ("valgrind", "-q", "--leak-check=full",
+                "--errors-for-leak-kinds=definite",
+                "--show-leak-kinds=definite", "--error-exitcode=23")
+        return wrap, None, " ".join(wrap)
+    raise GradeFailure("no leak checker: install gcc's liblsan0 or valgrind "
+                       "(make deps)")
+
+
+@points(2, "reg_mr releases the MR and the PD (LeakSanitizer)")
+def test_reg_mr_releases(build, rdma):
+    wrap, env, how = leak_checker()
+    args = ("-s", "64K")
+    res = build.run("reg_mr", *args, wrap=wrap, env=env, timeout=120)
+    cmd = f"{how} {_cmd(build, 'reg_mr', *args)}"
+    if res.returncode == 23:
+        raise GradeFailure("memory leaked: every ibv_reg_mr() needs an "
+                           "ibv_dereg_mr(), every ibv_alloc_pd() an "
+                           f"ibv_dealloc_pd()\nreproduce: {cmd}\n"
+                           + res.describe(lines=30))
+    res.ok(cmd)
+    _mr_line(build, res, *args)
+
+
+@functools.lru_cache(maxsize=None)
+def _reg_cost(build):
+    return build.run("reg_cost", *COST_ARGS, timeout=120)
+
+
+def _rows(build):
+    cmd = _cmd(build, "reg_cost", *COST_ARGS)
+    res = _reg_cost(build).ok(cmd)
+    lines = [x.strip() for x in res.stdout.strip().splitlines()]
+    expect(lines[0] if lines else "(no output)", COST_HEADER,
+           f"CSV header printed by '{cmd}'")
+    rows = []
+    for line in lines[1:]:
+        f = line.split(",")
+        try:
+            if len(f) != 3:
+                raise ValueError
+            rows.append((int(f[0]), float(f[1]), float(f[2])))
+        except ValueError:
+            raise GradeFailure(f"'{cmd}': a CSV row is not "
+                               f"'size_bytes,reg_us,dereg_us': {line!r}")
+    return rows, cmd
+
+
+@points(2, "reg_cost writes the CSV: every size 4 KiB .. --max-size")
+def test_reg_cost_csv(build, rdma):
+    rows, cmd = _rows(build)
+    sizes = [4096 << i for i in range(14)]          # 4 KiB .. 32 MiB
+    expect([r[0] for r in rows], sizes, f"size_bytes column of '{cmd}'")
+    bad = [r for r in rows if not (r[1] > 0 and r[2] > 0)]
+    if bad:
+        raise GradeFailure(f"'{cmd}': times must be positive microseconds; "
+                           f"got rows {bad}")
+
+
+@points(2, "registration cost grows with size")
+def test_reg_cost_grows(build, rdma):
+    rows, cmd = _rows(build)
+    if len(rows) < 4:
+        raise GradeFailure(f"'{cmd}' printed {len(rows)} rows; need 4 or more")
+    small = sum(r[1] for r in rows[:2]) / 2
+    large = sum(r[1] for r in rows[-2:]) / 2
+    # Pinning 8192 pages costs far more than pinning 1 or 2 (about 10-30x
+    # on rxe); a factor of 2 leaves room for a noisy machine.
+    if not large > 2 * small:
+        raise GradeFailure(
+            f"'{cmd}': registering the two largest sizes should take well "
+            f"over twice as long as the two smallest (pinning is per page)\n"
+            f"  smallest two: {rows[0]}, {rows[1]} -> mean reg_us {small:.2f}\n"
+            f"  largest two:  {rows[-2]}, {rows[-1]} -> mean reg_us "
+            f"{large:.2f}\n  is the timer around ibv_reg_mr() alone?")
+
+
+@points(1, "bad command line: usage, exit 2")
+def test_usage(build):
+    for prog, args in (("reg_mr", ["--bogus"]), ("reg_mr", ["--access", "rw"]),
+                       ("reg_mr", ["--access"]), ("reg_cost", ["--bogus"]),
+                       ("reg_cost", ["--max-size", "1K"])):
+        res = build.run(prog, *args).fails(2, _cmd(build, prog, *args))
+        expect_match(res.stderr, r"^usage: ",
+                     f"stderr of '{_cmd(build, prog, *args)}' should have a "
+                     f"usage line")
+
+
+@points(1, "unknown device: message, exit 1")
+def test_bad_device(build, rdma):
+    for prog in ("reg_mr", "reg_cost"):
+        res = build.run(prog, "-d", NO_SUCH).fails(
+            1, _cmd(build, prog, "-d", NO_SUCH))
+        expect_match(res.stderr, rf"{NO_SUCH}.*not found",
+                     f"stderr of '{_cmd(build, prog, '-d', NO_SUCH)}'")
