@@ -41,12 +41,57 @@ void course_default_opts(struct course_opts *o)
 	};
 }
 
-static void usage_exit(const char *prog, const char *usage, int code)
+static void __attribute__((noreturn))
+usage_exit(const char *prog, const char *usage, int code)
 {
 	FILE *f = code ? stderr : stdout;
 
 	fprintf(f, "usage: %s %s\n", prog, usage);
 	exit(code);
+}
+
+void course_usage_exit(const char *prog, const char *usage)
+{
+	usage_exit(prog, usage, EXIT_USAGE);
+}
+
+const char *course_take_opt(int *argc, char **argv, const char *name,
+			    int has_arg, const char *usage)
+{
+	size_t len = strlen(name);
+	const char *val = NULL;
+	int i, j, skip;
+
+	for (i = 1; i < *argc; i++) {
+		if (!strcmp(argv[i], "--"))
+			break;
+		if (strncmp(argv[i], name, len) ||
+		    (argv[i][len] && argv[i][len] != '='))
+			continue;
+		if (!has_arg && argv[i][len] == '=') {
+			fprintf(stderr, "%s: option '%s' takes no value\n",
+				argv[0], name);
+			usage_exit(argv[0], usage, EXIT_USAGE);
+		} else if (!has_arg) {
+			val = "";
+			skip = 1;
+		} else if (argv[i][len] == '=') {
+			val = argv[i] + len + 1;
+			skip = 1;
+		} else if (i + 1 < *argc) {
+			val = argv[i + 1];
+			skip = 2;
+		} else {
+			fprintf(stderr, "%s: option '%s' needs a value\n",
+				argv[0], name);
+			usage_exit(argv[0], usage, EXIT_USAGE);
+		}
+		for (j = i; j + skip <= *argc; j++)
+			argv[j] = argv[j + skip];
+		*argc -= skip;
+		i--;
+	}
+	return val;
 }
 
 static long parse_num(const char *prog, const char *usage, const char *flag,

@@ -57,6 +57,20 @@ void course_parse_opts(int argc, char **argv, unsigned int accept,
 /* Fill @o with the documented defaults. */
 void course_default_opts(struct course_opts *o);
 
+/*
+ * Remove one lesson-specific option from argv, before course_parse_opts()
+ * sees the rest: "--NAME VALUE" or "--NAME=VALUE" when @has_arg, the bare
+ * flag "--NAME" otherwise (@name includes the dashes). Returns VALUE ("" for
+ * a flag), or NULL when the option is absent. A missing value, or a value
+ * given to a flag, prints the error and the usage line, and exits 2.
+ */
+const char *course_take_opt(int *argc, char **argv, const char *name,
+			    int has_arg, const char *usage);
+
+/* Print "usage: PROG USAGE" to stderr and exit 2. */
+void course_usage_exit(const char *prog, const char *usage)
+	__attribute__((noreturn));
+
 /* ---- devices ----------------------------------------------------------- */
 
 /*

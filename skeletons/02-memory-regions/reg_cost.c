@@ -33,47 +33,6 @@ static const int access_flags = IBV_ACCESS_LOCAL_WRITE |
 				IBV_ACCESS_REMOTE_WRITE |
 				IBV_ACCESS_REMOTE_READ;
 
-static void usage_exit(const char *prog)
-{
-	fprintf(stderr, "usage: %s %s\n", prog, usage);
-	exit(EXIT_USAGE);
-}
-
-/*
- * Remove "--NAME VALUE" or "--NAME=VALUE" from argv, so that
- * course_parse_opts() does not see it, and return VALUE (NULL if absent).
- */
-static const char *take_opt(int *argc, char **argv, const char *name)
-{
-	size_t len = strlen(name);
-	const char *val = NULL;
-	int i, j, skip;
-
-	for (i = 1; i < *argc; i++) {
-		if (!strcmp(argv[i], "--"))
-			break;
-		if (strncmp(argv[i], name, len) ||
-		    (argv[i][len] && argv[i][len] != '='))
-			continue;
-		if (argv[i][len] == '=') {
-			val = argv[i] + len + 1;
-			skip = 1;
-		} else if (i + 1 < *argc) {
-			val = argv[i + 1];
-			skip = 2;
-		} else {
-			fprintf(stderr, "%s: option '%s' needs a value\n",
-				argv[0], name);
-			usage_exit(argv[0]);
-		}
-		for (j = i; j + skip <= *argc; j++)
-			argv[j] = argv[j + skip];
-		*argc -= skip;
-		i--;
-	}
-	return val;
-}
-
 /* "4096", "4k", "64M", "1G" -> bytes; a bad value is a usage error. */
 static size_t parse_size(const char *prog, const char *flag, const char *arg)
 {
@@ -102,7 +61,7 @@ static size_t parse_size(const char *prog, const char *flag, const char *arg)
 	if (errno || end == arg || *end || v < 4096 || v > (1ull << 40)) {
 		fprintf(stderr, "%s: %s expects a size of at least 4K, got '%s'\n",
 			prog, flag, arg);
-		usage_exit(prog);
+		course_usage_exit(prog, usage);
 	}
 	return v;
 }
@@ -200,8 +159,8 @@ int main(int argc, char **argv)
 	double reg_us, dereg_us;
 	int ret = 1;
 
-	min_arg = take_opt(&argc, argv, "--min-size");
-	max_arg = take_opt(&argc, argv, "--max-size");
+	min_arg = course_take_opt(&argc, argv, "--min-size", 1, usage);
+	max_arg = course_take_opt(&argc, argv, "--max-size", 1, usage);
 	course_default_opts(&opts);
 	opts.iters = 5;
 	course_parse_opts(argc, argv, OPT_DEVICE | OPT_ITERS, usage, &opts);
@@ -212,17 +171,17 @@ int main(int argc, char **argv)
 	if (max_size < min_size) {
 		fprintf(stderr, "%s: --max-size is smaller than --min-size\n",
 			argv[0]);
-		usage_exit(argv[0]);
+		course_usage_exit(argv[0], usage);
 	}
 	if (max_size > mem / 2) {
 		fprintf(stderr,
 			"%s: --max-size %zu is more than half of this machine's memory (%zu bytes)\n",
 			argv[0], max_size, mem);
-		usage_exit(argv[0]);
+		course_usage_exit(argv[0], usage);
 	}
 	if (opts.iters > MAX_REPS) {
 		fprintf(stderr, "%s: -n is at most %d\n", argv[0], MAX_REPS);
-		usage_exit(argv[0]);
+		course_usage_exit(argv[0], usage);
 	}
 
 	context = course_open_device(opts.device);

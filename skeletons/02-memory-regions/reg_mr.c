@@ -53,47 +53,6 @@ struct reg_ctx {
 	char access_str[80];
 };
 
-static void usage_exit(const char *prog)
-{
-	fprintf(stderr, "usage: %s %s\n", prog, usage);
-	exit(EXIT_USAGE);
-}
-
-/*
- * Remove "--NAME VALUE" or "--NAME=VALUE" from argv, so that
- * course_parse_opts() does not see it, and return VALUE (NULL if absent).
- */
-static const char *take_opt(int *argc, char **argv, const char *name)
-{
-	size_t len = strlen(name);
-	const char *val = NULL;
-	int i, j, skip;
-
-	for (i = 1; i < *argc; i++) {
-		if (!strcmp(argv[i], "--"))
-			break;
-		if (strncmp(argv[i], name, len) ||
-		    (argv[i][len] && argv[i][len] != '='))
-			continue;
-		if (argv[i][len] == '=') {
-			val = argv[i] + len + 1;
-			skip = 1;
-		} else if (i + 1 < *argc) {
-			val = argv[i + 1];
-			skip = 2;
-		} else {
-			fprintf(stderr, "%s: option '%s' needs a value\n",
-				argv[0], name);
-			usage_exit(argv[0]);
-		}
-		for (j = i; j + skip <= *argc; j++)
-			argv[j] = argv[j + skip];
-		*argc -= skip;
-		i--;
-	}
-	return val;
-}
-
 /*
  * Turn "local_write,remote_read" into IBV_ACCESS_* flags in ctx->access and
  * the canonical spelling in ctx->access_str. Unknown names: usage, exit 2.
@@ -116,7 +75,7 @@ static void parse_access(const char *prog, const char *list,
 			fprintf(stderr, "%s: unknown access flag '%s'\n", prog,
 				tok);
 			free(copy);
-			usage_exit(prog);
+			course_usage_exit(prog, usage);
 		}
 		ctx->access |= access_names[i].flag;
 	}
@@ -248,8 +207,8 @@ int main(int argc, char **argv)
 	int ret = 1, hold_secs = 0;
 	char *end;
 
-	access = take_opt(&argc, argv, "--access");
-	hold = take_opt(&argc, argv, "--hold");
+	access = course_take_opt(&argc, argv, "--access", 1, usage);
+	hold = course_take_opt(&argc, argv, "--hold", 1, usage);
 	course_default_opts(&opts);
 	course_parse_opts(argc, argv, OPT_DEVICE | OPT_SIZE, usage, &opts);
 	parse_access(argv[0], access ? access : "local_write", &ctx);
@@ -259,7 +218,7 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"%s: --hold expects seconds from 0 to 3600, got '%s'\n",
 				argv[0], hold);
-			usage_exit(argv[0]);
+			course_usage_exit(argv[0], usage);
 		}
 	}
 	ctx.size = opts.size;

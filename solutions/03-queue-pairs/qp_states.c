@@ -57,56 +57,6 @@ struct qp_ctx {
 	int timeout;
 };
 
-static void usage_exit(const char *prog)
-{
-	fprintf(stderr, "usage: %s %s\n", prog, usage);
-	exit(EXIT_USAGE);
-}
-
-/*
- * Remove "--NAME VALUE" or "--NAME=VALUE" (with @has_arg) or the bare flag
- * "--NAME" from argv, so that course_parse_opts() does not see it. Returns
- * VALUE (or "" for a flag), NULL when it is not there.
- */
-static const char *take_opt(int *argc, char **argv, const char *name,
-			    int has_arg)
-{
-	size_t len = strlen(name);
-	const char *val = NULL;
-	int i, j, skip;
-
-	for (i = 1; i < *argc; i++) {
-		if (!strcmp(argv[i], "--"))
-			break;
-		if (strncmp(argv[i], name, len) ||
-		    (argv[i][len] && argv[i][len] != '='))
-			continue;
-		if (!has_arg && argv[i][len] == '=') {
-			fprintf(stderr, "%s: option '%s' takes no value\n",
-				argv[0], name);
-			usage_exit(argv[0]);
-		} else if (!has_arg) {
-			val = "";
-			skip = 1;
-		} else if (argv[i][len] == '=') {
-			val = argv[i] + len + 1;
-			skip = 1;
-		} else if (i + 1 < *argc) {
-			val = argv[i + 1];
-			skip = 2;
-		} else {
-			fprintf(stderr, "%s: option '%s' needs a value\n",
-				argv[0], name);
-			usage_exit(argv[0]);
-		}
-		for (j = i; j + skip <= *argc; j++)
-			argv[j] = argv[j + skip];
-		*argc -= skip;
-		i--;
-	}
-	return val;
-}
-
 static const char *qp_state_str(enum ibv_qp_state state)
 {
 	switch (state) {
@@ -559,8 +509,8 @@ int main(int argc, char **argv)
 	const char *msg, *skip;
 	int ret = 1;
 
-	msg = take_opt(&argc, argv, "--msg", 1);
-	skip = take_opt(&argc, argv, "--skip-state", 0);
+	msg = course_take_opt(&argc, argv, "--msg", 1, usage);
+	skip = course_take_opt(&argc, argv, "--skip-state", 0, usage);
 	course_default_opts(&opts);
 	course_parse_opts(argc, argv,
 			  OPT_DEVICE | OPT_IB_PORT | OPT_GID_INDEX | OPT_TIMEOUT,
@@ -570,7 +520,7 @@ int main(int argc, char **argv)
 	if (!*msg || strlen(msg) >= MSG_MAX) {
 		fprintf(stderr, "%s: --msg must have 1 to %d characters\n",
 			argv[0], MSG_MAX - 1);
-		usage_exit(argv[0]);
+		course_usage_exit(argv[0], usage);
 	}
 	ctx.ib_port = opts.ib_port;
 	ctx.gid_index = opts.gid_index;
