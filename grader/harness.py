@@ -233,6 +233,13 @@ class Proc:
                 if self.out.eof or left <= 0:
                     break
                 self.cond.wait(min(left, 0.5))
+        if self.out.eof:
+            # stdout closed: the program is exiting; let it finish so its
+            # status is reported, not a timeout.
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
         timed_out = self.proc.poll() is None
         res = self.wait(timeout=0 if timed_out else 5)
         why = (f"it printed no line matching /{regex}/ within {timeout} s"

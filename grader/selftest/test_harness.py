@@ -91,6 +91,18 @@ def test_server_that_dies_before_ready_is_reported(badprogs):
     assert "crashed with SIGSEGV before printing" in str(e.value)
 
 
+def test_server_that_exits_before_ready_is_not_called_a_timeout(badprogs):
+    # stdout closes during exit, a moment before the exit status can be
+    # collected; under load wait_for used to land in that gap and call it a
+    # timeout. The gap is too short to hit on demand: this guards the message.
+    for _ in range(20):
+        with pytest.raises(GradeFailure) as e:
+            harness.start([badprogs["quitter"]], ready=r"listening on port (\d+)",
+                          timeout=20)
+        assert "exited with status 1 before printing" in str(e.value)
+        assert "Permission denied" in str(e.value)
+
+
 def test_missing_program_is_a_clear_failure(tmp_path):
     with pytest.raises(GradeFailure, match="cannot run"):
         harness.run([tmp_path / "nope"], timeout=5)
