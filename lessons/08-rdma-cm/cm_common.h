@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cm_common.h - what lesson 08's client and server share: the messages they
+ * SEND each other and a bounded wait for connection-manager events.
+ *
+ * Provided by the lesson (lessons/08-rdma-cm/cm_common.c); the exercises are
+ * in cm_client.c and cm_server.c.
+ */
+#ifndef CM_COMMON_H
+#define CM_COMMON_H
+
+#include <stdint.h>
+#include <rdma/rdma_cma.h>
+
+/*
+ * The three messages of the protocol, each one SEND:
+ *
+ *   client -> server  CM_MSG_BUF      addr/rkey/length of the client's source
+ *                                     buffer (the server may READ it)
+ *   server -> client  CM_MSG_BUF      addr/rkey/length of the server's buffer
+ *                                     (the client WRITEs and READs it)
+ *   client -> server  CM_MSG_DONE     the client's rounds are over; status =
+ *                                     its own verdict (0 match, 1 mismatch)
+ *   server -> client  CM_MSG_VERDICT  status = the server's verdict: 0 match,
+ *                                     1 mismatch (addr = first bad offset),
+ *                                     2 could not verify
+ */
+enum cm_msg_type {
+	CM_MSG_BUF = 1,
+	CM_MSG_DONE = 2,
+	CM_MSG_VERDICT = 3,
+};
+
+enum {
+	CM_VERDICT_MATCH = 0,
+	CM_VERDICT_MISMATCH = 1,
+	CM_VERDICT_UNVERIFIED = 2,
+};
+
+/* On the wire every field is big-endian: use cm_msg_pack/cm_msg_unpack. */
+struct cm_msg {
+	uint32_t type;
+	uint32_t status;
+	uint64_t addr;
+	uint32_t rkey;
+	uint32_t length;
+};
+
+/* Fill the wire message @wire from host-order values. */
+void cm_msg_pack(struct cm_msg *wire, uint32_t type, uint32_t status,
+		 uint64_t addr, uint32_t rkey, uint32_t length);
+
+/* Convert the received wire message @wire into host order in @host. */
+void cm_msg_unpack(struct cm_msg *host, const struct cm_msg *wire);
+
+/*
+ * Wait at most @timeout seconds for the next event on @ch and check that it
+ * is @expected (poll() on the channel's fd, then rdma_get_cm_event()).
+ *
+ * On success returns 0. When @ev is NULL the event has been acknowledged
+ * already; otherwise *@ev is the event and the caller must pass it to
+ * rdma_ack_cm_event() once it has read what it needs (for a
+ * RDMA_CM_EVENT_CONNECT_REQUEST: ev->id, the new connection's id).
+ *
+ * Any other event, or none in time, prints one line to stderr naming @what
+ * (the call that started the wait, e.g. "rdma_connect") and the event,
+ *   rdma_connect: got RDMA_CM_EVENT_REJECTED (invalid service ID: nobody
+ *   listens on that port) while waiting for RDMA_CM_EVENT_ESTABLISHED
+ *   rdma_connect: no RDMA_CM_EVENT_ESTABLISHED within 3 s
+ * acknowledges what it got, and returns -1.
+ */
+int cm_wait_event(struct rdma_event_channel *ch,
+		  enum rdma_cm_event_type expected, int timeout,
+		  const char *what, struct rdma_cm_event **ev);
+
+/*
+ * Busy-poll @cq for one completion, like course_poll_one(), for at most
+ * @timeout seconds - and keep an eye on @ch meanwhile: a peer that dies or
+ * disconnects shows up there (RDMA_CM_EVENT_DISCONNECTED) long before any
+ * timeout. Returns 0 with *@wc filled (check wc->status yourself), or -1
+ * with one line printed:
+ *   RECV: the connection is gone (RDMA_CM_EVENT_DISCONNECTED) while
+ *   waiting for a completion
+ *   RECV: no completion within 10 s
+ */
+int cm_poll_one(struct rdma_event_channel *ch, struct ibv_cq *cq,
+		struct ibv_wc *wc, int timeout, const char *what);
+
+/*
+ * The ACK timeout this course asks rdma_cm for (RDMA_OPTION_ID_ACK_TIMEOUT,
+ * 4.096 us * 2^16 = 268 ms) and the retries (rxe takes 7 to mean "forever").
+ * A peer that vanishes without a word is noticed after about 7 x 268 ms:
+ * the work request completes with IBV_WC_RETRY_EXC_ERR.
+ */
+#define CM_ACK_TIMEOUT 16
+#define CM_RETRY_COUNT 6
+
+/* Placeholder of the skeletons: prints "TODO N: @what" and returns -1. */
+int cm_todo(int n, const char *what);
+
+/* "a.b.c.d port N" of a sockaddr, for messages (static buffer). */
+const char *cm_addr_str(const struct sockaddr *sa);
+
+#endif /* CM_COMMON_H */
