@@ -33,21 +33,33 @@ MODULES="virtio_pci 9pnet_virtio 9p overlay dummy crc32_generic rdma_rxe ib_uver
 # naming the init script's checksum (so editing init rebuilds it).
 stamp() { sha256sum "$here/init" "$here/build.sh" | sha256sum | cut -c1-16; }
 
-if [ $refresh = 0 ] && [ -e "$cache/current/ok" ] &&
-	[ "$(cat "$cache/current/ok")" = "$(stamp)" ]; then
+fresh() {
+	[ $refresh = 0 ] && [ -e "$cache/current/ok" ] &&
+		[ "$(cat "$cache/current/ok")" = "$(stamp)" ]
+}
+if fresh; then
+	readlink -f "$cache/current"
+	exit 0
+fi
+# Builds are serialised: several with-rxe runs may start at once.
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9
+if fresh; then
 	readlink -f "$cache/current"
 	exit 0
 fi
 
-for tool in dpkg-deb depmod modprobe cpio; do
+for tool in dpkg-deb depmod modprobe cpio python3; do
 	command -v "$tool" >/dev/null ||
 		die "'$tool' is missing (run: sudo vm-setup/install-deps.sh)"
 done
-[ -x /bin/busybox ] && file_is_static=$(ldd /bin/busybox 2>&1 || true) &&
-	case "$file_is_static" in *"not a dynamic"*) ;; *) false ;; esac ||
-	die "/bin/busybox must be the static build (package busybox-static; run: sudo vm-setup/install-deps.sh)"
+# The initramfs has no libraries: its busybox must be the static build.
+case "$(ldd /bin/busybox 2>&1)" in
+*"not a dynamic"*) ;;
+*) die "/bin/busybox is missing or not the static build (package busybox-static; run: sudo vm-setup/install-deps.sh)" ;;
+esac
 
-mkdir -p "$cache"
 work=$(mktemp -d "$cache/build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -94,6 +106,20 @@ entry="$cache/$kver"
 rm -rf "$entry.new"
 mkdir -p "$entry.new"
 cp "$work/root/boot/vmlinuz-$kver" "$entry.new/vmlinuz"
+# The uncompressed ELF kernel boots through PVH: no BIOS real-mode setup and
+# no XZ decompression under emulation (about 3 s less per boot under TCG).
+# Without an XZ stream in the bzImage, run.sh boots the bzImage.
+python3 - "$entry.new/vmlinuz" "$entry.new/vmlinux" <<'PY' || rm -f "$entry.new/vmlinux"
+import lzma, sys
+data = open(sys.argv[1], "rb").read()
+at = data.find(b"\xfd7zXZ\x00")
+if at < 0:
+    sys.exit(1)
+elf = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data[at:])
+if elf[:4] != b"\x7fELF":
+    sys.exit(1)
+open(sys.argv[2], "wb").write(elf)
+PY
 (cd "$ird" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$entry.new/initrd.cpio"
 echo "$kver" >"$entry.new/kernel-version"
 stamp >"$entry.new/ok"

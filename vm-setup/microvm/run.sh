@@ -97,7 +97,7 @@ kvm_works() {
 	key="$cache/kvm-probe-$(basename "$entry")-$("$qemu" --version | head -n1 | tr -cd '0-9.')"
 	[ -e "$key" ] && { [ "$(cat "$key")" = ok ]; return; }
 	probe=$(timeout 20 "$qemu" -enable-kvm -cpu host -m 256M -nodefaults -display none \
-		-no-reboot -kernel "$entry/vmlinuz" -append "console=ttyS0 panic=-1 rdinit=/bin/busybox" \
+		-no-reboot -kernel "$kernel" -append "console=ttyS0 panic=-1 rdinit=/bin/busybox" \
 		-initrd "$entry/initrd.cpio" -serial stdio 2>&1 </dev/null | grep -c 'Run /bin/busybox')
 	if [ "${probe:-0}" -gt 0 ]; then echo ok >"$key"; else echo fail >"$key"; fi
 	[ "$(cat "$key")" = ok ]
@@ -109,6 +109,9 @@ tcg) accel=(-accel tcg,thread=multi -cpu max) ;;
 *) die "RXE_VM_ACCEL must be auto, kvm or tcg, got '$RXE_VM_ACCEL'" 2 ;;
 esac
 
+# The ELF kernel boots through PVH, faster than the bzImage (see build.sh).
+kernel=$entry/vmlinux
+[ -e "$kernel" ] || kernel=$entry/vmlinuz
 append="console=ttyS0 panic=-1 rdinit=/init ${RXE_VM_APPEND:-}"
 if [ "$verbose" = 1 ] || [ $interactive = 1 ]; then
 	append+=" loglevel=4"
@@ -132,7 +135,7 @@ cat_err=$!
 
 "$qemu" "${accel[@]}" -m "${RXE_VM_MEM:-2G}" -smp "${RXE_VM_SMP:-2}" \
 	-nodefaults -no-user-config -display none -no-reboot \
-	-kernel "$entry/vmlinuz" -initrd "$entry/initrd.cpio" -append "$append" \
+	-kernel "$kernel" -initrd "$entry/initrd.cpio" -append "$append" \
 	-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
 	-virtfs "local,path=$run,mount_tag=run,security_model=none,multidevs=remap" \
 	"${virtfs[@]}" \
