@@ -145,6 +145,7 @@ def skeletons_grade(tmp_path_factory):
 
 
 # Grading a whole tree happens in the first of these tests' setup.
+@pytest.mark.device
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("lesson", LESSONS, ids=ids)
 def test_solution_reaches_full_marks(lesson, solutions_grade):
@@ -155,6 +156,7 @@ def test_solution_reaches_full_marks(lesson, solutions_grade):
     assert got == total, f"{lesson.name}: solutions score {got}/{total}\n{out}"
 
 
+@pytest.mark.device
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("lesson", EXERCISES, ids=ex_ids)
 def test_skeleton_does_not_reach_full_marks(lesson, skeletons_grade):
