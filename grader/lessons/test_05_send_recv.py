@@ -1,0 +1,274 @@
+"""Lesson 05: a SEND/RECV ping-pong between two processes.
+
+The server (no HOST) and the client (HOST) are run as two processes on the
+one rxe device; the server is started with --port 0 and the client is given
+the port from its readiness line.
+
+What the rxe hw_counters say (measured in the course's micro-VM, Debian 6.1
+kernel, rxe0 on a dummy netdev, active MTU 1024; one device, so both sides
+add up):
+
+    ibv_rc_pingpong -n 10 -s 1500     rdma_sends +20  rdma_recvs +20
+                                      sent_pkts +60   rcvd_pkts +60
+    ib_send_bw -n 10 -s 65536         rdma_sends +10  rdma_recvs +10
+                                      sent_pkts +650  rcvd_pkts +650
+    ib_write_bw -n 10 -s 65536        sent_pkts +650  rcvd_pkts +650 (only)
+    ib_read_bw -n 10 -s 65536         sent_pkts +650  rcvd_pkts +650 (only)
+    pingpong -n 100 -s 1500           rdma_sends +200 rdma_recvs +200
+                                      sent_pkts +600  rcvd_pkts +600
+
+rdma_sends counts SEND work requests completed at the requester
+(rxe_comp.c: SEND, SEND_WITH_IMM, SEND_WITH_INV); rdma_recvs counts receive
+completions at the responder (rxe_resp.c: a SEND, or a WRITE WITH IMMEDIATE,
+that consumed a posted receive). RDMA WRITE and READ move only sent_pkts and
+rcvd_pkts. Each 1500-byte message is 2 packets plus an ACK. A ping that finds
+no receive posted moves rcvd_rnr_err / send_rnr_err (one per RNR NAK) and
+then retry_rnr_exceeded_err.
+
+So N round trips must move rdma_sends and rdma_recvs by 2N (each side SENDs N
+messages and receives N), and sent_pkts by at least 2N * ceil(SIZE / 4096)
+whatever the MTU.
+"""
+
+import math
+import socket
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import GradeFailure, expect, expect_line, expect_match, points
+
+PROG = "pingpong"
+ITERS = 50
+SIZE = 1500          # two packets at MTU 1024: messages span packets
+T = "10"             # --timeout of normal runs (the VM can be slow)
+
+
+def _host(rdma):
+    return rdma.ip or "localhost"
+
+
+def _cmd(build, *args):
+    return " ".join([str(build.path(PROG)), *map(str, args)])
+
+
+def _pair(build, rdma, server_args, client_args):
+    """Run a server and a client to the end: (server, client, counter deltas)."""
+    before = rdma.counters()
+    with build.start(PROG, "--port", "0", *server_args) as server:
+        client = build.run(PROG, "--port", server.port, *client_args,
+                           _host(rdma))
+        srv = server.wait(timeout=30)
+    return srv, client, rdma.counters() - before
+
+
+@pytest.fixture(scope="module")
+def main_run(build, rdma):
+    """The ping-pong the first tests look at, run once: (server, client,
+    counter deltas, the arguments both were given)."""
+    args = ["-n", ITERS, "-s", SIZE, "-t", T]
+    return _pair(build, rdma, args, args) + (args,)
+
+
+# ---- a fake peer: the out-of-band protocol, with a QP that does not exist ----
+
+QP_INFO = struct.Struct("!HHII16sQII")   # lessons/common/course.c qp_info_wire
+NO_SUCH_QPN = 0xfedcba                   # beyond any QPN rxe hands out
+
+
+def _gid(rdma):
+    text = (Path("/sys/class/infiniband") / rdma.device / "ports" / "1" /
+            "gids" / str(rdma.gid_index)).read_text().strip()
+    return bytes.fromhex(text.replace(":", ""))
+
+
+class FakePeer:
+    """Speaks course_oob_*: exchanges a qp_info naming a QP that does not
+    exist (a peer whose QP is gone), then does the 'R' sync."""
+
+    def __init__(self, rdma, length, addr=0, rkey=0):
+        self.info = QP_INFO.pack(0, 0, NO_SUCH_QPN, 0x123456, _gid(rdma),
+                                 addr, rkey, length)
+
+    def _recv(self, sock, n):
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise GradeFailure(f"the program closed the TCP connection "
+                                   f"during the exchange (got {len(data)} of "
+                                   f"{n} bytes)")
+            data += chunk
+        return data
+
+    def handshake(self, sock):
+        sock.settimeout(30)
+        sock.sendall(self.info)
+        self._recv(sock, QP_INFO.size)
+        sock.sendall(b"R")
+        self._recv(sock, 1)
+
+    def listen(self):
+        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.lsock.bind(("0.0.0.0", 0))
+        self.lsock.listen(1)
+        return self.lsock.getsockname()[1]
+
+    def accept(self, client):
+        """The client's connection; fails as soon as the client exits."""
+        self.lsock.settimeout(0.2)
+        deadline = time.monotonic() + 30
+        try:
+            while True:
+                try:
+                    return self.lsock.accept()[0]
+                except socket.timeout:
+                    pass
+                if client.proc.poll() is not None:
+                    res = client.wait()
+                    raise GradeFailure(f"the client {res.status()} before "
+                                       f"it connected\n{res.describe()}")
+                if time.monotonic() > deadline:
+                    raise GradeFailure("the client did not connect to the "
+                                       "fake server within 30 s")
+        finally:
+            self.lsock.close()
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("0.0.0.0", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _clean_failure(res, what, within):
+    """A fault must end in a non-zero exit of its own, within seconds."""
+    res.fails(what=what)
+    if res.duration > within:
+        raise GradeFailure(f"{what}: took {res.duration:.1f} s to give up "
+                           f"(expected under {within} s)\n{res.describe()}")
+
+
+# ---- the ping-pong -----------------------------------------------------------
+
+@points(5, "ping-pong: N round trips, both sides exit 0")
+def test_pingpong(build, rdma, main_run):
+    srv, cli, _, args = main_run
+    srv.ok("server: " + _cmd(build, "--port", "0", *args))
+    cli.ok("client: " + _cmd(build, "--port", "PORT", *args, _host(rdma)))
+    for who, res in (("server", srv), ("client", cli)):
+        expect_line(res.stdout, "connected", f"{who} stdout")
+
+
+@points(3, "the server checked every ping")
+def test_server_verifies(main_run):
+    srv, _, _, _ = main_run
+    expect_line(srv.stdout, f"verified {ITERS} messages of {SIZE} bytes",
+                "server stdout")
+
+
+@points(3, "the client checked every pong")
+def test_client_verifies(main_run):
+    _, cli, _, _ = main_run
+    expect_line(cli.stdout, f"verified {ITERS} messages of {SIZE} bytes",
+                "client stdout")
+
+
+@points(2, "the client prints the average round-trip time")
+def test_rtt(main_run):
+    _, cli, _, _ = main_run
+    m = expect_match(cli.stdout,
+                     r"^average rtt: ([0-9.]+) us \((\d+) round trips of "
+                     r"(\d+) bytes\)$", "client stdout")
+    expect((int(m.group(2)), int(m.group(3))), (ITERS, SIZE),
+           "round trips and bytes in the 'average rtt' line")
+    rtt = float(m.group(1))
+    if not 0 < rtt < cli.duration * 1e6:
+        raise GradeFailure(f"average rtt {rtt} us is impossible: the whole "
+                           f"client ran {cli.duration:.2f} s")
+
+
+@points(4, "rxe counters: 2N SENDs and 2N RECVs went through the device")
+def test_counters(main_run):
+    _, _, delta, _ = main_run
+    names = ["rdma_sends", "rdma_recvs", "sent_pkts", "rcvd_pkts"]
+    for name in ("rdma_sends", "rdma_recvs"):
+        got = delta.get(name, 0)
+        if not 2 * ITERS <= got <= 2 * ITERS + 4:
+            raise GradeFailure(
+                f"hw_counters/{name} moved by {got} during {ITERS} round "
+                f"trips; expected {2 * ITERS} (each side SENDs and receives "
+                f"{ITERS} messages)\n  all deltas: {delta.show(names)}")
+    least = 2 * ITERS * math.ceil(SIZE / 4096)
+    if delta.get("sent_pkts", 0) < least:
+        raise GradeFailure(f"only {delta.get('sent_pkts', 0)} packets sent "
+                           f"for {2 * ITERS} messages of {SIZE} bytes "
+                           f"(expected at least {least})\n"
+                           f"  all deltas: {delta.show(names)}")
+
+
+# ---- faults --------------------------------------------------------------------
+
+@points(2, "peer killed mid-run: the client reports it and exits 1")
+def test_peer_killed(build, rdma):
+    args = ["-n", "1000000", "-s", "64", "-t", "2"]
+    with build.start(PROG, "--port", "0", *args) as server:
+        with build.start(PROG, "--port", server.port, *args, _host(rdma),
+                         ready=r"^connected$") as client:
+            time.sleep(0.5)          # well inside the data path
+            server.kill()
+            res = client.wait(timeout=40)
+    _clean_failure(res, "client after its server was killed", 30)
+    expect_match(res.stderr, r"round trip \d+: ", "client stderr (which round "
+                 "trip failed, and how)")
+
+
+@points(2, "peer's QP gone: the SEND fails with the completion status as text")
+def test_qp_gone(build, rdma):
+    peer = FakePeer(rdma, length=64)
+    port = peer.listen()
+    with build.start(PROG, "--port", port, "-n", "5", "-s", "64", "-t", "10",
+                     _host(rdma), ready=None) as client:
+        sock = peer.accept(client)
+        try:
+            peer.handshake(sock)
+            res = client.wait(timeout=40)
+        finally:
+            sock.close()
+    _clean_failure(res, "client connected to a QP that does not exist", 30)
+    expect_match(res.stderr, r"completion error: transport retry counter "
+                 r"exceeded", "client stderr (course_report_wc's line)")
+
+
+@points(1, "no server: 'cannot connect', exit 1")
+def test_no_server(build, rdma):
+    port = _free_port()
+    res = build.run(PROG, "--port", port, "-t", "1", _host(rdma), timeout=40)
+    _clean_failure(res, _cmd(build, "--port", port, "-t", "1", _host(rdma)), 25)
+    expect_match(res.stderr, r"cannot connect to ", "stderr")
+
+
+@points(1, "unknown host: 'cannot resolve', exit 1")
+def test_bad_host(build, rdma):
+    res = build.run(PROG, "-t", "1", "no-such-host.invalid", timeout=40)
+    _clean_failure(res, _cmd(build, "-t", "1", "no-such-host.invalid"), 25)
+    expect_match(res.stderr, r"cannot resolve 'no-such-host.invalid'", "stderr")
+
+
+@points(1, "no client: the server gives up after --timeout, exit 1")
+def test_no_client(build, rdma):
+    res = build.run(PROG, "--port", "0", "-t", "1", timeout=40)
+    _clean_failure(res, _cmd(build, "--port", "0", "-t", "1"), 25)
+    expect_match(res.stdout, r"^listening on port \d+$", "stdout")
+    expect_match(res.stderr, r"no client connected within 1 s", "stderr")
+
+
+@points(1, "bad GID index: named, exit 1")
+def test_bad_gid(build, rdma):
+    res = build.run(PROG, "--port", "0", "-g", "99", "-t", "1", timeout=40)
+    _clean_failure(res, _cmd(build, "--port", "0", "-g", "99"), 25)
+    expect_match(res.stderr, r"GID index 99 is not valid", "stderr")
