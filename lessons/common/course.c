@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <netdb.h>
 #include <poll.h>
@@ -368,6 +369,46 @@ out_close_listener:
 	return fd;
 }
 
+/*
+ * One non-blocking connect() to @ai, waiting at most until @deadline: a host
+ * that drops the SYN must not block us for the kernel's two minutes.
+ * Returns a connected, blocking socket, or -1 with *err set.
+ */
+static int connect_by(const struct addrinfo *ai, uint64_t deadline, int *err)
+{
+	int64_t left_ms = ((int64_t)deadline - (int64_t)course_now_ns()) / 1000000;
+	struct pollfd p = { .events = POLLOUT };
+	socklen_t len = sizeof(*err);
+	int fd, flags;
+
+	fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+	if (fd < 0) {
+		*err = errno;
+		return -1;
+	}
+	flags = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen)) {
+		if (errno != EINPROGRESS) {
+			*err = errno;
+			goto out_close;
+		}
+		p.fd = fd;
+		if (poll(&p, 1, left_ms > 0 ? left_ms : 0) != 1) {
+			*err = ETIMEDOUT;
+			goto out_close;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, err, &len) || *err)
+			goto out_close;
+	}
+	fcntl(fd, F_SETFL, flags);
+	return fd;
+
+out_close:
+	close(fd);
+	return -1;
+}
+
 int course_oob_connect(const char *host, int port, int timeout)
 {
 	struct addrinfo hints = { .ai_family = AF_UNSPEC,
@@ -375,7 +416,7 @@ int course_oob_connect(const char *host, int port, int timeout)
 	struct addrinfo *res, *ai;
 	uint64_t deadline = course_now_ns() + (uint64_t)timeout * 1000000000ull;
 	char service[8];
-	int fd = -1, err;
+	int fd = -1, err = 0;
 
 	snprintf(service, sizeof(service), "%d", port);
 	err = getaddrinfo(host, service, &hints, &res);
@@ -387,15 +428,9 @@ int course_oob_connect(const char *host, int port, int timeout)
 	/* The server may still be starting: retry refused connections. */
 	for (;;) {
 		for (ai = res; ai; ai = ai->ai_next) {
-			fd = socket(ai->ai_family, ai->ai_socktype,
-				    ai->ai_protocol);
-			if (fd < 0)
-				continue;
-			if (!connect(fd, ai->ai_addr, ai->ai_addrlen))
+			fd = connect_by(ai, deadline, &err);
+			if (fd >= 0)
 				goto out_free_addr;
-			err = errno;
-			close(fd);
-			fd = -1;
 		}
 		if (course_now_ns() >= deadline) {
 			fprintf(stderr, "cannot connect to %s:%d: %s\n", host,
