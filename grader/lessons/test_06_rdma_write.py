@@ -30,36 +30,19 @@ lose the one-sided points.
 """
 
 import math
-import socket
-import struct
-import time
-from pathlib import Path
 
 import pytest
 
 from grader import GradeFailure, expect, expect_line, expect_match, points
+from grader.peer import FakePeer, clean_failure, free_port, host, pair
 
 PROG = "rdma_write"
 SIZE = 100000        # not a multiple of the MTU: the last packet is short
 T = "10"             # --timeout of normal runs (the VM can be slow)
 
 
-def _host(rdma):
-    return rdma.ip or "localhost"
-
-
 def _cmd(build, *args):
     return " ".join([str(build.path(PROG)), *map(str, args)])
-
-
-def _pair(build, rdma, server_args, client_args):
-    """Run a server and a client to the end: (server, client, counter deltas)."""
-    before = rdma.counters()
-    with build.start(PROG, "--port", "0", *server_args) as server:
-        client = build.run(PROG, "--port", server.port, *client_args,
-                           _host(rdma))
-        srv = server.wait(timeout=30)
-    return srv, client, rdma.counters() - before
 
 
 @pytest.fixture(scope="module")
@@ -67,91 +50,7 @@ def main_run(build, rdma):
     """The WRITE the first tests look at, run once: (server, client, counter
     deltas, the arguments both were given)."""
     args = ["-s", SIZE, "-t", T]
-    return _pair(build, rdma, args, args) + (args,)
-
-
-# ---- a fake peer: the out-of-band protocol, with a QP that does not exist ----
-
-QP_INFO = struct.Struct("!HHII16sQII")   # lessons/common/course.c qp_info_wire
-NO_SUCH_QPN = 0xfedcba                   # beyond any QPN rxe hands out
-
-
-def _gid(rdma):
-    text = (Path("/sys/class/infiniband") / rdma.device / "ports" / "1" /
-            "gids" / str(rdma.gid_index)).read_text().strip()
-    return bytes.fromhex(text.replace(":", ""))
-
-
-class FakePeer:
-    """Speaks course_oob_*: exchanges a qp_info naming a QP that does not
-    exist (a peer whose QP is gone), then does the 'R' sync."""
-
-    def __init__(self, rdma, length, addr=0, rkey=0):
-        self.info = QP_INFO.pack(0, 0, NO_SUCH_QPN, 0x123456, _gid(rdma),
-                                 addr, rkey, length)
-
-    def _recv(self, sock, n):
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise GradeFailure(f"the program closed the TCP connection "
-                                   f"during the exchange (got {len(data)} of "
-                                   f"{n} bytes)")
-            data += chunk
-        return data
-
-    def handshake(self, sock):
-        sock.settimeout(30)
-        sock.sendall(self.info)
-        self._recv(sock, QP_INFO.size)
-        sock.sendall(b"R")
-        self._recv(sock, 1)
-
-    def listen(self):
-        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.lsock.bind(("0.0.0.0", 0))
-        self.lsock.listen(1)
-        return self.lsock.getsockname()[1]
-
-    def accept(self, client):
-        """The client's connection; fails as soon as the client exits."""
-        self.lsock.settimeout(0.2)
-        deadline = time.monotonic() + 30
-        try:
-            while True:
-                try:
-                    return self.lsock.accept()[0]
-                except socket.timeout:
-                    pass
-                if client.proc.poll() is not None:
-                    res = client.wait()
-                    raise GradeFailure(f"the client {res.status()} before "
-                                       f"it connected\n{res.describe()}")
-                if time.monotonic() > deadline:
-                    raise GradeFailure("the client did not connect to the "
-                                       "fake server within 30 s")
-        finally:
-            self.lsock.close()
-
-    def connect(self, host, port):
-        return socket.create_connection((host, port), timeout=30)
-
-
-def _free_port():
-    s = socket.socket()
-    s.bind(("0.0.0.0", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def _clean_failure(res, what, within):
-    """A fault must end in a non-zero exit of its own, within seconds."""
-    res.fails(what=what)
-    if res.duration > within:
-        raise GradeFailure(f"{what}: took {res.duration:.1f} s to give up "
-                           f"(expected under {within} s)\n{res.describe()}")
+    return pair(build, rdma, PROG, args, args) + (args,)
 
 
 # ---- the WRITE -------------------------------------------------------------------
@@ -160,7 +59,7 @@ def _clean_failure(res, what, within):
 def test_write(build, rdma, main_run):
     srv, cli, _, args = main_run
     srv.ok("server: " + _cmd(build, "--port", "0", *args))
-    cli.ok("client: " + _cmd(build, "--port", "PORT", *args, _host(rdma)))
+    cli.ok("client: " + _cmd(build, "--port", "PORT", *args, host(rdma)))
     m = expect_match(srv.stdout, r"^local: .* addr 0x([0-9a-f]+) rkey "
                      r"0x([0-9a-f]+) len (\d+)$", "server stdout (the "
                      "advertised buffer, printed by course_print_qp_info)")
@@ -210,7 +109,7 @@ def test_one_sided(main_run):
 
 @points(3, "a short WRITE is caught by the server's memcmp()")
 def test_short_write(build, rdma):
-    srv, cli, _ = _pair(build, rdma, ["-s", "8192", "-t", T],
+    srv, cli, _ = pair(build, rdma, PROG, ["-s", "8192", "-t", T],
                         ["-s", "4096", "-t", T])
     srv.fails(1, "server given -s 8192, client wrote 4096 bytes")
     expect_match(srv.stderr, r"^memcmp: mismatch at byte 4096: got 0x00, "
@@ -219,12 +118,12 @@ def test_short_write(build, rdma):
 
 @points(2, "a WRITE past the advertised buffer: remote access error")
 def test_write_past_end(build, rdma):
-    srv, cli, _ = _pair(build, rdma, ["-s", "4096", "-t", "3"],
+    srv, cli, _ = pair(build, rdma, PROG, ["-s", "4096", "-t", "3"],
                         ["-s", "8192", "-t", "3"])
-    _clean_failure(cli, "client writing 8192 bytes into a 4096-byte MR", 30)
+    clean_failure(cli, "client writing 8192 bytes into a 4096-byte MR", 30)
     expect_match(cli.stderr, r"completion error: remote access error",
                  "client stderr")
-    _clean_failure(srv, "server whose client wrote past its buffer", 30)
+    clean_failure(srv, "server whose client wrote past its buffer", 30)
 
 
 @points(2, "peer's QP gone: the WRITE fails with the completion status")
@@ -232,14 +131,14 @@ def test_qp_gone(build, rdma):
     peer = FakePeer(rdma, length=4096, addr=0x10000, rkey=0x1234)
     port = peer.listen()
     with build.start(PROG, "--port", port, "-s", "4096", "-t", "10",
-                     _host(rdma), ready=None) as client:
+                     host(rdma), ready=None) as client:
         sock = peer.accept(client)
         try:
             peer.handshake(sock)
             res = client.wait(timeout=40)
         finally:
             sock.close()
-    _clean_failure(res, "client writing to a QP that does not exist", 30)
+    clean_failure(res, "client writing to a QP that does not exist", 30)
     expect_match(res.stderr, r"completion error: transport retry counter "
                  r"exceeded", "client stderr (course_report_wc's line)")
 
@@ -248,13 +147,13 @@ def test_qp_gone(build, rdma):
 def test_client_vanishes(build, rdma):
     peer = FakePeer(rdma, length=0)
     with build.start(PROG, "--port", "0", "-s", "4096", "-t", "1") as server:
-        sock = peer.connect(_host(rdma), server.port)
+        sock = peer.connect(host(rdma), server.port)
         try:
             peer.handshake(sock)
         finally:
             sock.close()
         res = server.wait(timeout=40)
-    _clean_failure(res, "server whose client left without writing", 30)
+    clean_failure(res, "server whose client left without writing", 30)
     expect_match(res.stderr, r"no completion within 1 s", "server stderr")
     expect_match(res.stderr, r"peer closed the out-of-band connection",
                  "server stderr (report_peer)")
@@ -262,21 +161,21 @@ def test_client_vanishes(build, rdma):
 
 @points(1, "no server: 'cannot connect', exit 1")
 def test_no_server(build, rdma):
-    port = _free_port()
-    res = build.run(PROG, "--port", port, "-t", "1", _host(rdma), timeout=40)
-    _clean_failure(res, _cmd(build, "--port", port, "-t", "1", _host(rdma)), 25)
+    port = free_port()
+    res = build.run(PROG, "--port", port, "-t", "1", host(rdma), timeout=40)
+    clean_failure(res, _cmd(build, "--port", port, "-t", "1", host(rdma)), 25)
     expect_match(res.stderr, r"cannot connect to ", "stderr")
 
 
 @points(1, "unknown host: 'cannot resolve', exit 1")
 def test_bad_host(build, rdma):
     res = build.run(PROG, "-t", "1", "no-such-host.invalid", timeout=40)
-    _clean_failure(res, _cmd(build, "-t", "1", "no-such-host.invalid"), 25)
+    clean_failure(res, _cmd(build, "-t", "1", "no-such-host.invalid"), 25)
     expect_match(res.stderr, r"cannot resolve 'no-such-host.invalid'", "stderr")
 
 
 @points(1, "bad GID index: named, exit 1")
 def test_bad_gid(build, rdma):
     res = build.run(PROG, "--port", "0", "-g", "99", "-t", "1", timeout=40)
-    _clean_failure(res, _cmd(build, "--port", "0", "-g", "99"), 25)
+    clean_failure(res, _cmd(build, "--port", "0", "-g", "99"), 25)
     expect_match(res.stderr, r"GID index 99 is not valid", "stderr")
