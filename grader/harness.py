@@ -5,8 +5,10 @@ Nothing a student program does (hang, crash, fork a child and leave it running,
 print megabytes or binary garbage) may hang or crash the grader.
 """
 
+import ctypes.util
 import os
 import re
+import shutil
 import shlex
 import signal
 import subprocess
@@ -339,3 +341,23 @@ def expect_line(text, line, what):
     if line.rstrip() not in lines:
         raise GradeFailure(f"{what}\n  expected the line: {line!r}\n"
                            f"  got:{_show(text) if text else ' (no output)'}")
+
+
+# ---- leaks ---------------------------------------------------------------------
+
+def leak_checker():
+    """(wrap, env, description) running a program under LeakSanitizer
+    (preloaded: fast, no rebuild), or valgrind when liblsan is missing.
+    A leak makes the program exit 23."""
+    lsan = ctypes.util.find_library("lsan")
+    if lsan:
+        return ((), {"LD_PRELOAD": lsan,
+                     "LSAN_OPTIONS": "exitcode=23:color=never"},
+                f"LD_PRELOAD={lsan} LSAN_OPTIONS=exitcode=23")
+    if shutil.which("valgrind"):
+        wrap = ("valgrind", "-q", "--leak-check=full",
+                "--errors-for-leak-kinds=definite",
+                "--show-leak-kinds=definite", "--error-exitcode=23")
+        return wrap, None, " ".join(wrap)
+    raise GradeFailure("no leak checker: install gcc's liblsan0 or valgrind "
+                       "(make deps)")

@@ -5,14 +5,13 @@ Every value devinfo prints is compared with what the kernel says in sysfs
 machine, so nothing can be hard-coded.
 """
 
-import ctypes.util
 import ipaddress
 import os
 import re
-import shutil
 
 
 from grader import GradeFailure, expect, expect_match, points
+from grader.harness import leak_checker
 from grader.rxe import SYSFS_IB
 
 PROG = "devinfo"
@@ -186,24 +185,6 @@ def test_usage(build):
         expect_match(res.stderr, r"^usage: ",
                      f"stderr of '{_reproduce(build, *args)}' should have a "
                      f"usage line")
-
-
-def leak_checker():
-    """(wrap, env, description) running a program under LeakSanitizer
-    (preloaded: fast, no rebuild), or valgrind when liblsan is missing.
-    A leak makes the program exit 23."""
-    lsan = ctypes.util.find_library("lsan")
-    if lsan:
-        return ((), {"LD_PRELOAD": lsan,
-                     "LSAN_OPTIONS": "exitcode=23:color=never"},
-                f"LD_PRELOAD={lsan} LSAN_OPTIONS=exitcode=23")
-    if shutil.which("valgrind"):
-        wrap = ("valgrind", "-q", "--leak-check=full",
-                "--errors-for-leak-kinds=definite",
-                "--show-leak-kinds=definite", "--error-exitcode=23")
-        return wrap, None, " ".join(wrap)
-    raise GradeFailure("no leak checker: install gcc's liblsan0 or valgrind "
-                       "(make deps)")
 
 
 @points(3, "nothing leaked: device list freed, devices closed (LeakSanitizer)")

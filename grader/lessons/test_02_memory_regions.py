@@ -8,13 +8,13 @@ a region larger than RLIMIT_MEMLOCK for a process without CAP_IPC_LOCK
 (ENOMEM), which is why that test drops root's privileges first.
 """
 
-import ctypes.util
 import functools
 import json
 import os
 import shutil
 
 from grader import GradeFailure, expect, expect_match, points
+from grader.harness import leak_checker
 
 MR_RE = (r"^mr addr 0x([0-9a-f]+) length (\d+) lkey 0x([0-9a-f]{8}) "
          r"rkey 0x([0-9a-f]{8}) access (\S+)$")
@@ -111,24 +111,6 @@ def test_memlock_limit(build, rdma):
                  r"failed: Cannot allocate memory \(ENOMEM\): .*ulimit -l",
                  f"stderr of '{_cmd(build, 'reg_mr', *big, wrap=wrap)}' (the "
                  f"hint must name the limit and 'ulimit -l')")
-
-
-def leak_checker():
-    """(wrap, env, description) running a program under LeakSanitizer
-    (preloaded: fast, no rebuild), or valgrind when liblsan is missing.
-    A leak makes the program exit 23."""
-    lsan = ctypes.util.find_library("lsan")
-    if lsan:
-        return ((), {"LD_PRELOAD": lsan,
-                     "LSAN_OPTIONS": "exitcode=23:color=never"},
-                f"LD_PRELOAD={lsan} LSAN_OPTIONS=exitcode=23")
-    if shutil.which("valgrind"):
-        wrap = ("valgrind", "-q", "--leak-check=full",
-                "--errors-for-leak-kinds=definite",
-                "--show-leak-kinds=definite", "--error-exitcode=23")
-        return wrap, None, " ".join(wrap)
-    raise GradeFailure("no leak checker: install gcc's liblsan0 or valgrind "
-                       "(make deps)")
 
 
 @points(2, "reg_mr releases the MR and the PD (LeakSanitizer)")
