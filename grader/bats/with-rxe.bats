@@ -4,6 +4,12 @@
 
 bats_require_minimum_version 1.5.0
 
+# On a fresh machine the first VM run fetches the kernel and says so on
+# stderr; fetch it here so the tests see only their commands' output.
+setup_file() {
+	"$BATS_TEST_DIRNAME/../../vm-setup/microvm/build.sh" >/dev/null
+}
+
 setup() {
 	load helpers
 	export BATS_LIB_PATH=/usr/lib/bats
