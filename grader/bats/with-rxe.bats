@@ -40,3 +40,25 @@ setup() {
 	run pgrep -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
 	assert_failure
 }
+
+@test "micro-VM: --shell takes input from the terminal (make vm-shell)" {
+	cd "$BATS_TEST_TMPDIR"
+	# TMPDIR names this run's directory on QEMU's command line (see above).
+	coproc VM { TMPDIR=$BATS_TEST_TMPDIR "$COURSE/vm-setup/microvm/run.sh" --shell 2>&1; }
+	# Wait for the prompt, then type as a person would.
+	seen=""
+	while IFS= read -r -t 120 -n 1 c <&"${VM[0]}"; do
+		seen+=$c
+		case "$seen" in *"root@rxe-vm:"*"# ") break ;; esac
+	done
+	[[ "$seen" == *"rxe0 is ACTIVE"* ]]
+	echo 'echo "shell $RDMA_DEVICE" >typed.txt; exit 3' >&"${VM[1]}"
+	pid=$VM_PID
+	for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+	if kill -0 "$pid" 2>/dev/null; then
+		pkill -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
+		kill "$pid"
+		fail "the shell did not act on the typed command within 60 s"
+	fi
+	[ "$(cat typed.txt)" = "shell rxe0" ]
+}

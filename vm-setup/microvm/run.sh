@@ -5,7 +5,8 @@
 # usage: run.sh [--shell] [--] CMD [ARG...]
 #   --shell            an interactive shell in the VM instead of CMD
 # environment:
-#   RXE_VM_TIMEOUT=S   kill the VM after S seconds (default 1800); exit 124
+#   RXE_VM_TIMEOUT=S   kill the VM after S seconds (default 1800, none for
+#                      --shell); exit 124
 #   RXE_VM_ACCEL=A     auto (default: KVM if a boot probe passes, else TCG), kvm, tcg
 #   RXE_VM_MEM=M       guest memory (default 2G)      RXE_VM_SMP=N  CPUs (default 2)
 #   RXE_VM_SHARE=D:D   more host directories to share read-write (the course
@@ -18,7 +19,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 course=$(cd "$here/../.." && pwd)
 cache=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-course/microvm}
-timeout=${RXE_VM_TIMEOUT:-1800}
+timeout=${RXE_VM_TIMEOUT:-}
 interactive=0
 
 die() {
@@ -37,6 +38,8 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [ $interactive = 1 ] || [ $# -gt 0 ] || die "no command given (usage: run.sh [--shell] [--] CMD [ARG...])" 2
+# A command is killed after 30 minutes; a shell lives until you leave it.
+[ -n "$timeout" ] || { [ $interactive = 1 ] && timeout=999999999 || timeout=1800; }
 case "$timeout" in '' | *[!0-9]*) die "RXE_VM_TIMEOUT must be a number of seconds, got '$timeout'" 2 ;; esac
 
 qemu=$(command -v qemu-system-x86_64) ||
@@ -113,8 +116,10 @@ esac
 kernel=$entry/vmlinux
 [ -e "$kernel" ] || kernel=$entry/vmlinuz
 append="console=ttyS0 panic=-1 rdinit=/init ${RXE_VM_APPEND:-}"
-if [ "$verbose" = 1 ] || [ $interactive = 1 ]; then
-	append+=" loglevel=4"
+if [ "$verbose" = 1 ]; then
+	append+=" loglevel=4 rxe_vm.verbose=1"
+elif [ $interactive = 1 ]; then
+	append+=" quiet loglevel=4"
 else
 	append+=" quiet loglevel=1"
 fi
@@ -133,6 +138,9 @@ cat_out=$!
 cat "$run/stderr" >&2 &
 cat_err=$!
 
+# The shell gets our terminal (fd 5: a background job's stdin would be
+# /dev/null); a command gets no input.
+if [ $interactive = 1 ]; then exec 5<&0; else exec 5</dev/null; fi
 "$qemu" "${accel[@]}" -m "${RXE_VM_MEM:-2G}" -smp "${RXE_VM_SMP:-2}" \
 	-nodefaults -no-user-config -display none -no-reboot \
 	-kernel "$kernel" -initrd "$entry/initrd.cpio" -append "$append" \
@@ -142,9 +150,8 @@ cat_err=$!
 	"${console[@]}" \
 	-chardev "file,id=out,path=$run/stdout" -serial chardev:out \
 	-chardev "file,id=err,path=$run/stderr" -serial chardev:err \
-	</dev/null 2>"$run/qemu.err" &
+	<&5 2>"$run/qemu.err" &
 qpid=$!
-[ $interactive = 1 ] && wait "$qpid" 2>/dev/null
 deadline=$((SECONDS + timeout))
 while kill -0 "$qpid" 2>/dev/null; do
 	if [ "$SECONDS" -ge "$deadline" ]; then
