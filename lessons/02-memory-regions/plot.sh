@@ -18,6 +18,8 @@ command -v gnuplot >/dev/null || { echo "plot.sh: gnuplot is not installed (make
 mkdir -p "$out"
 csv=$out/reg_cost.csv png=$out/reg_cost.png
 
+# A failed run leaves no half-written CSV behind.
+trap 'rm -f "$csv.tmp"' EXIT
 # shellcheck disable=SC2086 # REG_COST_ARGS is a list of options
 "$prog" ${REG_COST_ARGS:---max-size 64M -n 5} >"$csv.tmp"
 mv "$csv.tmp" "$csv"
