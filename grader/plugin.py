@@ -10,7 +10,6 @@ lesson's hint. `make grade` runs this inside vm-setup/with-rxe.
 """
 
 import json
-import os
 import re
 import time
 import tomllib

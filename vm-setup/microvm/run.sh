@@ -47,7 +47,7 @@ qemu=$(command -v qemu-system-x86_64) ||
 entry=$("$here/build.sh") || die "cannot prepare the micro-VM kernel (see above)"
 
 run=$(mktemp -d "${TMPDIR:-/tmp}/rxe-vm.XXXXXX") || die "mktemp failed"
-qpid= keep=0
+qpid='' keep=0
 cleanup() {
 	[ -n "$qpid" ] && kill -9 "$qpid" 2>/dev/null
 	if [ $keep = 1 ]; then
@@ -159,7 +159,7 @@ while kill -0 "$qpid" 2>/dev/null; do
 		wait "$qpid" 2>/dev/null
 		for f in stdout stderr; do : <>"$run/$f"; done
 		wait "$cat_out" "$cat_err"
-		qpid= keep=1
+		qpid='' keep=1
 		echo "rxe-vm: the command did not finish within ${timeout} s; the VM was killed" >&2
 		echo "rxe-vm: command: $*" >&2
 		exit 124
