@@ -29,16 +29,17 @@ esac
 # Modules the guest needs, in any order; their dependencies come along.
 MODULES="virtio_pci 9pnet_virtio 9p overlay dummy crc32_generic rdma_rxe ib_uverbs rdma_ucm"
 
-# The cache entry is valid when it has the kernel, the initramfs and a stamp
-# naming the init script's checksum (so editing init rebuilds it).
-stamp() { sha256sum "$here/init" "$here/build.sh" | sha256sum | cut -c1-16; }
+# A cache entry is named by the content of what builds it (init, this
+# script), never by the checkout's path: any number of checkouts share one
+# entry, and a checkout with another init gets an entry of its own. Entries
+# are complete before they appear (atomic rename) and are never replaced, so
+# a VM booting from one is never pulled from under it.
+stamp() { cat "$here/init" "$here/build.sh" | sha256sum | cut -c1-16; }
+entry="$cache/vm-$(stamp)"
 
-fresh() {
-	[ $refresh = 0 ] && [ -e "$cache/current/ok" ] &&
-		[ "$(cat "$cache/current/ok")" = "$(stamp)" ]
-}
+fresh() { [ $refresh = 0 ] && [ -e "$entry/ok" ]; }
 if fresh; then
-	readlink -f "$cache/current"
+	echo "$entry"
 	exit 0
 fi
 # Builds are serialised: several with-rxe runs may start at once.
@@ -46,8 +47,13 @@ mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
 if fresh; then
-	readlink -f "$cache/current"
+	echo "$entry"
 	exit 0
+fi
+if [ $refresh = 1 ]; then
+	echo "microvm: rebuilding $entry (--refresh)" >&2
+elif [ -n "$(ls -d "$cache"/vm-* 2>/dev/null)" ]; then
+	echo "microvm: building a new cache entry: vm-setup/microvm/init or build.sh differ from every cached one" >&2
 fi
 
 for tool in dpkg-deb depmod modprobe cpio python3; do
@@ -69,10 +75,16 @@ if [ -z "$deb" ]; then
 		awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
 	[ -n "$pkg" ] || die "cannot find the Debian kernel package (apt-cache knows no linux-image-amd64).
   Run 'sudo apt-get update', or set RXE_VM_KERNEL_DEB=/path/to/linux-image-*-amd64_*.deb"
-	echo "microvm: downloading $pkg (about 70 MB, once)" >&2
-	(cd "$work" && apt-get download "$pkg" >/dev/null 2>"$work/apt.err") ||
-		die "apt-get download $pkg failed: $(tail -n 3 "$work/apt.err")"
-	deb=$(ls "$work"/*.deb)
+	# The package itself is kept: a new entry (another init) needs no download.
+	mkdir -p "$cache/debs"
+	deb=$(ls "$cache/debs/${pkg}_"*.deb 2>/dev/null | head -n 1) || true
+	if [ -z "$deb" ]; then
+		echo "microvm: downloading $pkg (about 70 MB, once)" >&2
+		(cd "$work" && apt-get download "$pkg" >/dev/null 2>"$work/apt.err") ||
+			die "apt-get download $pkg failed: $(tail -n 3 "$work/apt.err")"
+		mv "$work"/*.deb "$cache/debs/" || die "cannot keep the kernel package in $cache/debs"
+		deb=$(ls "$cache/debs/${pkg}_"*.deb | head -n 1)
+	fi
 fi
 [ -f "$deb" ] || die "kernel package '$deb' does not exist"
 
@@ -102,14 +114,13 @@ done
 cp "$work/root/lib/modules/$kver/"modules.{order,builtin,builtin.modinfo} "$ird/lib/modules/$kver/"
 depmod -b "$ird" "$kver"
 
-entry="$cache/$kver"
-rm -rf "$entry.new"
-mkdir -p "$entry.new"
-cp "$work/root/boot/vmlinuz-$kver" "$entry.new/vmlinuz"
+new=$(mktemp -d "$cache/new.XXXXXX")
+mkdir -p "$new"
+cp "$work/root/boot/vmlinuz-$kver" "$new/vmlinuz"
 # The uncompressed ELF kernel boots through PVH: no BIOS real-mode setup and
 # no XZ decompression under emulation (about 3 s less per boot under TCG).
 # Without an XZ stream in the bzImage, run.sh boots the bzImage.
-python3 - "$entry.new/vmlinuz" "$entry.new/vmlinux" <<'PY' || rm -f "$entry.new/vmlinux"
+python3 - "$new/vmlinuz" "$new/vmlinux" <<'PY' || rm -f "$new/vmlinux"
 import lzma, sys
 data = open(sys.argv[1], "rb").read()
 at = data.find(b"\xfd7zXZ\x00")
@@ -120,11 +131,12 @@ if elf[:4] != b"\x7fELF":
     sys.exit(1)
 open(sys.argv[2], "wb").write(elf)
 PY
-(cd "$ird" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$entry.new/initrd.cpio"
-echo "$kver" >"$entry.new/kernel-version"
-stamp >"$entry.new/ok"
-rm -rf "$entry"
-mv "$entry.new" "$entry"
-ln -sfn "$kver" "$cache/current"
+(cd "$ird" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$new/initrd.cpio"
+echo "$kver" >"$new/kernel-version"
+stamp >"$new/ok"
+chmod 0755 "$new"
+# --refresh: the old entry moves aside whole (a VM may still read it).
+[ -e "$entry" ] && mv -T "$entry" "$entry.old.$$"
+mv -T "$new" "$entry" || die "cannot install the cache entry $entry"
 echo "microvm: kernel $kver ready in $entry" >&2
 echo "$entry"
