@@ -93,6 +93,10 @@ verbose=${RXE_VM_VERBOSE:-0}
 # The caller's exported environment, less what names this host's session.
 export -p | grep -Ev '^declare -x (BASH_[A-Z_]*|HOSTNAME|OLDPWD|PWD|SHLVL|TMPDIR|_|DISPLAY|XAUTHORITY|SSH_[A-Z_]*|DBUS_[A-Z_]*)(=|$)' >"$run/env.sh"
 
+# The ELF kernel boots through PVH, faster than the bzImage (see build.sh).
+kernel=$entry/vmlinux
+[ -e "$kernel" ] || kernel=$entry/vmlinuz
+
 # --- accelerator: KVM only when a short boot probe proves it works ---------
 kvm_works() {
 	[ -r /dev/kvm ] && [ -w /dev/kvm ] || return 1
@@ -112,9 +116,6 @@ tcg) accel=(-accel tcg,thread=multi -cpu max) ;;
 *) die "RXE_VM_ACCEL must be auto, kvm or tcg, got '$RXE_VM_ACCEL'" 2 ;;
 esac
 
-# The ELF kernel boots through PVH, faster than the bzImage (see build.sh).
-kernel=$entry/vmlinux
-[ -e "$kernel" ] || kernel=$entry/vmlinuz
 append="console=ttyS0 panic=-1 rdinit=/init ${RXE_VM_APPEND:-}"
 if [ "$verbose" = 1 ]; then
 	append+=" loglevel=4 rxe_vm.verbose=1"
