@@ -83,11 +83,18 @@ if command -v qemu-system-x86_64 >/dev/null; then
 else
 	fail "QEMU: qemu-system-x86_64 is missing" "sudo vm-setup/install-deps.sh"
 fi
-if [ -r /dev/kvm ] && [ -w /dev/kvm ]; then
-	pass "KVM: /dev/kvm is usable (the micro-VM still proves it with a boot probe)"
-else
-	warn "KVM: /dev/kvm missing or not accessible; the micro-VM runs under TCG (slower, works)" \
-		"none needed; for speed: add yourself to group kvm"
+# What the micro-VM will really use: its boot probe's verdict (cached).
+if command -v qemu-system-x86_64 >/dev/null; then
+	accel=$("$here/microvm/run.sh" --accel 2>&1)
+	kvm=$(sed -n 's/^kvm: //p' <<<"$accel")
+	if [ "$kvm" = ok ]; then
+		pass "KVM: a probe guest booted with KVM; the micro-VM uses it"
+	elif [ -n "$kvm" ]; then
+		warn "KVM: not used, the micro-VM runs under TCG emulation (works; grading takes several times longer): ${kvm#fail: }" \
+			"none needed; for speed, give this machine working KVM (RXE_VM_ACCEL=kvm forces it)"
+	else
+		warn "KVM: the probe did not run: $(tail -n 1 <<<"$accel")" "see vm-setup/microvm/run.sh --accel"
+	fi
 fi
 vm_ok=0
 if [ $boot_vm = 1 ] && command -v qemu-system-x86_64 >/dev/null; then

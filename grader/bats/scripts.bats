@@ -2,6 +2,8 @@
 # vm-setup scripts and the Makefile: argument errors, non-root behaviour,
 # doctor on a host without rxe. Runs on the host, boots no VM.
 
+bats_require_minimum_version 1.5.0
+
 setup() {
 	load helpers
 	export BATS_LIB_PATH=/usr/lib/bats
@@ -169,4 +171,61 @@ setup() {
 	RXE_BACKEND=native run make -C "$COURSE" --no-print-directory grade LESSON=77
 	assert_failure
 	assert_output --partial "no lesson '77'"
+}
+
+# A stand-in QEMU for the KVM boot probe: FAKE_KVM=ok boots, anything else
+# fails the way the build machines' KVM does.
+fake_qemu() {
+	mkdir -p "$BATS_TEST_TMPDIR/bin"
+	cat >"$BATS_TEST_TMPDIR/bin/qemu-system-x86_64" <<'QEMU'
+#!/bin/bash
+if [ "$1" = --version ]; then echo "QEMU emulator version 9.9.$FAKE_ID"; exit 0; fi
+case " $* " in
+*" -enable-kvm "*)
+	if [ "$FAKE_KVM" = ok ]; then echo "Run /bin/busybox as init process"; exit 0; fi
+	echo "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x0" >&2
+	exit 1 ;;
+esac
+exit 1
+QEMU
+	chmod +x "$BATS_TEST_TMPDIR/bin/qemu-system-x86_64"
+	: >"$BATS_TEST_TMPDIR/kvm"
+	export RXE_VM_KVM_DEV="$BATS_TEST_TMPDIR/kvm" FAKE_ID="$BATS_TEST_NUMBER$$$RANDOM"
+	export PATH="$BATS_TEST_TMPDIR/bin:$PATH"
+}
+
+@test "microvm/run.sh --accel: a probe guest that boots under KVM means KVM" {
+	fake_qemu
+	FAKE_KVM=ok run --separate-stderr "$COURSE/vm-setup/microvm/run.sh" --accel
+	assert_success
+	assert_output "kvm: ok
+accel: kvm"
+}
+
+@test "microvm/run.sh --accel: a failed KVM probe means TCG, with QEMU's reason" {
+	fake_qemu
+	FAKE_KVM=fail run --separate-stderr "$COURSE/vm-setup/microvm/run.sh" --accel
+	assert_success
+	assert_output "kvm: fail: qemu-system-x86_64: error: failed to set MSR 0x10a to 0x0
+accel: tcg"
+	[[ "$stderr" != *"unbound variable"* ]]
+	# RXE_VM_VERBOSE=1 says why on every run (the verdict is cached).
+	RXE_VM_VERBOSE=1 FAKE_KVM=fail run --separate-stderr "$COURSE/vm-setup/microvm/run.sh" --accel
+	[[ "$stderr" == *"KVM not used, TCG instead: qemu-system-x86_64: error: failed to set MSR"* ]]
+}
+
+@test "microvm/run.sh --accel: no KVM device is said plainly, no probe runs" {
+	fake_qemu
+	RXE_VM_KVM_DEV=/nonexistent/kvm run --separate-stderr "$COURSE/vm-setup/microvm/run.sh" --accel
+	assert_success
+	assert_output --partial "kvm: fail: /nonexistent/kvm does not exist"
+	assert_line "accel: tcg"
+}
+
+@test "make doctor reports the KVM probe's verdict, not just /dev/kvm" {
+	fake_qemu
+	FAKE_KVM=fail run "$COURSE/vm-setup/doctor.sh" --no-vm
+	assert_output --partial "WARN  KVM: not used, the micro-VM runs under TCG emulation"
+	assert_output --partial "failed to set MSR 0x10a"
+	refute_output --partial "PASS  KVM"
 }

@@ -3,14 +3,18 @@
 # output and exit code, power off. Normally reached through vm-setup/with-rxe.
 #
 # usage: run.sh [--shell] [--] CMD [ARG...]
+#        run.sh --accel
 #   --shell            an interactive shell in the VM instead of CMD
+#   --accel            say which accelerator a run would use and why (the
+#                      KVM boot probe's verdict), run nothing
 # environment:
 #   RXE_VM_TIMEOUT=S   kill the VM after S seconds (default 1800, none for
 #                      --shell); exit 124
 #   RXE_VM_ACCEL=A     auto (default: KVM if a boot probe passes, else TCG), kvm, tcg
 #   RXE_VM_MEM=M       guest memory (default 2G)      RXE_VM_SMP=N  CPUs (default 2)
 #   RXE_VM_SHARE=D:D   more host directories to share read-write (the course
-#                      tree and the current directory always are)
+#                      tree and the current directory always are, unless the
+#                      latter is /, /tmp or another of the guest's own)
 #   RXE_VM_VERBOSE=1   keep the guest's console log (kernel messages and boot
 #                      timings) in the run directory, whose path is printed
 #   RXE_VM_CACHE, RXE_VM_KERNEL_DEB: see build.sh
@@ -21,6 +25,7 @@ course=$(cd "$here/../.." && pwd)
 cache=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-course/microvm}
 timeout=${RXE_VM_TIMEOUT:-}
 interactive=0
+probe_only=0
 
 die() {
 	echo "rxe-vm: $*" >&2
@@ -30,14 +35,15 @@ die() {
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--shell) interactive=1 ;;
+	--accel) probe_only=1 ;;
 	--) shift; break ;;
-	-h | --help) sed -n '2,16s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	-*) die "unknown option '$1' (see: $0 --help)" 2 ;;
 	*) break ;;
 	esac
 	shift
 done
-[ $interactive = 1 ] || [ $# -gt 0 ] || die "no command given (usage: run.sh [--shell] [--] CMD [ARG...])" 2
+[ $interactive = 1 ] || [ $probe_only = 1 ] || [ $# -gt 0 ] || die "no command given (usage: run.sh [--shell] [--] CMD [ARG...])" 2
 # A command is killed after 30 minutes; a shell lives until you leave it.
 [ -n "$timeout" ] || { [ $interactive = 1 ] && timeout=999999999 || timeout=1800; }
 case "$timeout" in '' | *[!0-9]*) die "RXE_VM_TIMEOUT must be a number of seconds, got '$timeout'" 2 ;; esac
@@ -62,16 +68,25 @@ trap 'echo "rxe-vm: interrupted" >&2; exit 130' INT TERM HUP
 
 # --- what the guest needs to know: boot.sh (for init), spec.sh and env.sh --
 shares=() tags=""
+# The guest has its own /, /tmp, /run, ...: sharing one of those over it would
+# break the guest (e.g. programs' unlinked temporary files on a 9p /tmp).
+system_dir() {
+	case "$1" in / | /tmp | /var/tmp | /run | /dev | /dev/shm | /proc | /sys) return 0 ;; esac
+	return 1
+}
 add_share() {
 	local d i
 	d=$(cd "$1" 2>/dev/null && pwd -P) || die "cannot share '$1': no such directory"
+	system_dir "$d" && die "cannot share '$d' itself: the guest has its own; share a directory inside it" 2
 	for i in "${shares[@]}"; do
 		case "$d/" in "$i"/*) return ;; esac
 	done
 	shares+=("$d")
 }
 add_share "$course"
-add_share "$PWD"
+# The current directory comes along, unless it is one of the guest's own
+# (then the command starts in the guest's directory of that name).
+system_dir "$(pwd -P)" || add_share "$PWD"
 IFS=: read -ra extra <<<"${RXE_VM_SHARE:-}"
 for d in "${extra[@]}"; do [ -n "$d" ] && add_share "$d"; done
 virtfs=()
@@ -98,23 +113,55 @@ kernel=$entry/vmlinux
 [ -e "$kernel" ] || kernel=$entry/vmlinuz
 
 # --- accelerator: KVM only when a short boot probe proves it works ---------
-kvm_works() {
-	[ -r /dev/kvm ] && [ -w /dev/kvm ] || return 1
-	local key probe
-	key="$cache/kvm-probe-$(basename "$entry")-$("$qemu" --version | head -n1 | tr -cd '0-9.')"
-	[ -e "$key" ] && { [ "$(cat "$key")" = ok ]; return; }
-	probe=$(timeout 20 "$qemu" -enable-kvm -cpu host -m 256M -nodefaults -display none \
-		-no-reboot -kernel "$kernel" -append "console=ttyS0 panic=-1 rdinit=/bin/busybox" \
-		-initrd "$entry/initrd.cpio" -serial stdio 2>&1 </dev/null | grep -c 'Run /bin/busybox')
-	if [ "${probe:-0}" -gt 0 ]; then echo ok >"$key"; else echo fail >"$key"; fi
-	[ "$(cat "$key")" = ok ]
+# kvm_probe prints "ok" or "fail: WHY". The verdict is cached per kernel
+# entry, QEMU version and host kernel: what it depends on.
+kvm_dev=${RXE_VM_KVM_DEV:-/dev/kvm}
+kvm_probe() {
+	local key out why
+	if [ ! -e "$kvm_dev" ]; then
+		echo "fail: $kvm_dev does not exist (no KVM here: a VM without nested virtualisation, WSL without it, a container)"
+		return
+	fi
+	if [ ! -r "$kvm_dev" ] || [ ! -w "$kvm_dev" ]; then
+		echo "fail: $kvm_dev is not readable and writable by $(id -un) (add yourself to its group: $(stat -c %G "$kvm_dev"))"
+		return
+	fi
+	key="$cache/kvm-probe-$(basename "$entry")-qemu$("$qemu" --version | head -n1 | grep -o '[0-9][0-9.]*' | head -n1)-$(uname -r)"
+	if [ ! -s "$key" ]; then
+		out=$(timeout 20 "$qemu" -enable-kvm -cpu host -m 256M -nodefaults -display none \
+			-no-reboot -kernel "$kernel" -append "console=ttyS0 panic=-1 rdinit=/bin/busybox" \
+			-initrd "$entry/initrd.cpio" -serial stdio 2>&1 </dev/null)
+		if grep -q 'Run /bin/busybox' <<<"$out"; then
+			echo ok >"$key.$$"
+		else
+			why=$(grep -v '^ *$' <<<"$out" | grep -m1 -iE 'error|fail|abort|unsupported|denied' | tr -d '\r' | cut -c1-200)
+			echo "fail: ${why:-a KVM guest did not boot within 20 s}" >"$key.$$"
+		fi
+		mv -f "$key.$$" "$key"
+	fi
+	cat "$key"
 }
+tcg=(-accel tcg,thread=multi -cpu max)
 case "${RXE_VM_ACCEL:-auto}" in
-auto) if kvm_works; then accel=(-accel kvm -cpu host); else accel=(-accel tcg,thread=multi -cpu max); fi ;;
+auto)
+	verdict=$(kvm_probe)
+	if [ "$verdict" = ok ]; then
+		accel=(-accel kvm -cpu host)
+	else
+		accel=("${tcg[@]}")
+		[ "${RXE_VM_VERBOSE:-0}" = 1 ] && echo "rxe-vm: KVM not used, TCG instead: ${verdict#fail: }" >&2
+	fi
+	;;
 kvm) accel=(-accel kvm -cpu host) ;;
-tcg) accel=(-accel tcg,thread=multi -cpu max) ;;
+tcg) accel=("${tcg[@]}") ;;
 *) die "RXE_VM_ACCEL must be auto, kvm or tcg, got '$RXE_VM_ACCEL'" 2 ;;
 esac
+if [ $probe_only = 1 ]; then
+	[ "${RXE_VM_ACCEL:-auto}" = auto ] || verdict="not probed: RXE_VM_ACCEL=$RXE_VM_ACCEL"
+	echo "kvm: $verdict"
+	echo "accel: ${accel[1]%%,*}"
+	exit 0
+fi
 
 append="console=ttyS0 panic=-1 rdinit=/init ${RXE_VM_APPEND:-}"
 if [ "$verbose" = 1 ]; then
