@@ -18,31 +18,22 @@ RESULTS ?=
 JUNIT   ?=
 PYTHON  ?= /usr/bin/python3
 WITH_RXE := vm-setup/with-rxe
-PYTEST  := $(PYTHON) -m pytest -c grader/pytest.ini --rootdir .
-GRADE_FLAGS := -p grader.plugin -qq --tb=no -rN --color=no \
-	-o console_output_style=classic
-
-# Output paths outside the course tree must be shared into the micro-VM.
-share_dirs = $(foreach f,$(1),$(if $(f),$(dir $(abspath $(f)))))
-export RXE_VM_SHARE := $(subst $(eval) ,:,$(strip $(RXE_VM_SHARE) \
-	$(call share_dirs,$(RESULTS) $(JUNIT))))
 
 lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 	$(error no lesson '$(1)'; the lessons are: $(notdir $(wildcard lessons/[0-9][0-9]-*))))
+
+# Where `make build` puts a lesson: build/SRC/NN-topic (build/abs/... for an
+# absolute SRC).
+build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
 .PHONY: grade test build doctor vm-shell plot bench-vm bench-grade deps clean
 
 comma := ,
 grade:
 	@$(foreach l,$(subst $(comma), ,$(LESSON)),$(if $(call lesson_dir,$(l)),))
-	@test -d '$(SRC)' || { echo "SRC=$(SRC): no such directory (expected a tree shaped like skeletons/)"; exit 2; }
-	@$(foreach d,$(call share_dirs,$(RESULTS) $(JUNIT)),mkdir -p '$(d)' &&) true
-	@# Compile on the host, at native speed; the grader in the VM reuses it.
-	@$(PYTHON) -m grader build '$(SRC)' $(foreach l,$(subst $(comma), ,$(LESSON)),$(notdir $(call lesson_dir,$(l))))
-	@$(WITH_RXE) $(PYTEST) $(GRADE_FLAGS) grader/lessons --src='$(SRC)' \
-		$(if $(LESSON),--lesson='$(LESSON)') \
+	@$(PYTHON) -m grader grade --src='$(SRC)' $(if $(LESSON),--lesson='$(LESSON)') \
 		$(if $(RESULTS),--results='$(abspath $(RESULTS))') \
-		$(if $(JUNIT),--junitxml='$(abspath $(JUNIT))')
+		$(if $(JUNIT),--junit='$(abspath $(JUNIT))')
 
 test:
 	@grader/selftest/run-all.sh
@@ -51,7 +42,7 @@ build:
 	@$(if $(LESSON),,$(error usage: make build LESSON=NN [SRC=DIR]))
 	@$(MAKE) --no-print-directory -f lessons/common/lesson.mk \
 		L=$(notdir $(call lesson_dir,$(LESSON))) S=$(SRC) \
-		OUT=build/$(SRC)/$(notdir $(call lesson_dir,$(LESSON)))
+		OUT=$(call build_out,$(LESSON))
 
 doctor:
 	@vm-setup/doctor.sh
@@ -65,7 +56,7 @@ plot:
 		{ echo "lesson $(LESSON) has nothing to plot"; exit 2; }
 	@$(MAKE) --no-print-directory build LESSON=$(LESSON) SRC=$(SRC)
 	@$(WITH_RXE) $(call lesson_dir,$(LESSON))/plot.sh \
-		build/$(SRC)/$(notdir $(call lesson_dir,$(LESSON))) build/plots
+		$(call build_out,$(LESSON)) build/plots
 
 bench-vm:
 	@vm-setup/bench-vm.sh

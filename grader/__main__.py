@@ -1,12 +1,19 @@
 """python3 -m grader build SRC [NN-topic ...] - compile lessons ahead of
-grading (make grade does this on the host before the micro-VM boots)."""
+grading; python3 -m grader grade [...] - what make grade runs (grader/grade.py)."""
 
 import sys
 
-from .build import main
+from . import build, grade
+
+USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
+         "       python3 -m grader grade [--src DIR] [--lesson L] "
+         "[--results FILE] [--junit FILE]")
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["build"]:
-        print("usage: python3 -m grader build SRC [NN-topic ...]", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(main(sys.argv[2:]))
+    verb = sys.argv[1] if len(sys.argv) > 1 else ""
+    if verb == "build":
+        sys.exit(build.main(sys.argv[2:]))
+    if verb == "grade":
+        sys.exit(grade.main(sys.argv[2:]))
+    print(USAGE, file=sys.stderr)
+    sys.exit(2)

@@ -1,62 +1,185 @@
-"""Compiling a lesson from a SRC tree, once.
+"""Compiling a lesson from a SRC tree, once, from a copy that reaches nothing
+else of the course.
 
 gcc under the micro-VM's CPU emulation is about ten times slower than on the
 host, so `make grade` compiles every lesson on the host first
-(`python3 -m grader build`), and the grader in the VM reuses that result while
-the sources are unchanged. Either way the compiler's output is kept: warnings
-are shown, and an error costs only that lesson.
+(`python3 -m grader build`), and the grader in the VM reuses that result
+(`--prebuilt`: it never reads SRC itself, so SRC may be anywhere). Either way
+the compiler's output is kept: warnings are shown, and an error costs only
+that lesson.
+
+Build hygiene: the lesson's files are copied from SRC/NN-topic/ into the build
+directory and compiled there. A submission may include its own files,
+lessons/common/, lessons/NN-topic/ and system headers; an #include that
+reaches anything else (solutions/, the grader, another tree) is refused with
+the file and the rule, and costs that lesson.
 """
 
 import hashlib
 import json
+import os
 import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 from . import harness
 
 COURSE = Path(__file__).resolve().parent.parent
+SYSTEM_HEADERS = ("/usr/",)
+STAMP = ".build.json"
 
 
 def build_dir(course, src, lesson_name):
     """build/grade/<SRC relative to the course, or ext/abs/path>/<lesson>."""
+    src = Path(src)
     tag = (str(src.relative_to(course)) if src.is_relative_to(course)
            else "ext" + str(src))
     return course / "build" / "grade" / tag.replace("/", "_") / lesson_name
 
 
-def _inputs_key(course, src, name):
+def _lesson_files(src, name):
+    """SRC's files for one lesson, checked: regular files only."""
+    tree = src / name
+    files = []
+    for f in sorted(tree.iterdir()):
+        if f.is_symlink():
+            raise ValueError(f"{f} is a symbolic link; a submission's files "
+                             f"must be regular files in {tree}/")
+        if f.is_file() and f.suffix in (".c", ".h"):
+            files.append(f)
+    return files
+
+
+def _inputs_key(course, files, name):
     h = hashlib.sha256()
-    files = sorted((src / name).glob("*")) + sorted((course / "lessons" / name).glob("*")) \
+    provided = sorted((course / "lessons" / name).glob("*")) \
         + sorted((course / "lessons" / "common").glob("*"))
     for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    for f in provided:
         if f.is_file():
-            h.update(str(f).encode() + b"\0" + f.read_bytes() + b"\0")
+            h.update(str(f.relative_to(course)).encode() + b"\0"
+                     + f.read_bytes() + b"\0")
     return h.hexdigest()
 
 
-def compile_lesson(course, src, name):
+def _outside_includes(course, copy, name, files):
+    """The dependencies of the copied sources that the rule forbids, as
+    (source file, dependency) pairs."""
+    allowed = [os.path.realpath(p) + "/" for p in
+               (copy, course / "lessons" / "common", course / "lessons" / name)]
+    allowed += SYSTEM_HEADERS
+    bad = []
+    for f in files:
+        if f.suffix != ".c":
+            continue
+        res = subprocess.run(
+            [os.environ.get("CC", "cc"), "-M", "-Ilessons/common",
+             f"-Ilessons/{name}", str(copy / f.name)],
+            cwd=course, capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            continue        # the compile reports it, with the real message
+        deps = res.stdout.replace("\\\n", " ").split(":", 1)[-1].split()
+        for d in deps:
+            real = os.path.realpath(course / d)
+            if not any(real.startswith(a) or real + "/" == a for a in allowed):
+                bad.append((f.name, d))
+    return bad
+
+
+def compile_lesson(course, src, name, prebuilt=False):
     """Compile lesson `name` of `src` unless an identical build exists.
-    Returns (returncode, stdout, stderr, command): make echoes the compile
-    commands on stdout; the compiler's diagnostics are on stderr."""
+    Returns a dict: rc, stdout, stderr (the compiler's diagnostics), command,
+    missing (SRC has no such lesson). With `prebuilt`, only the record of
+    the build made on the host is read."""
     out = build_dir(course, src, name)
-    stamp = out / ".build.json"
-    key = _inputs_key(course, src, name)
+    stamp = out / STAMP
+    cmd = ["make", "-B", "--no-print-directory", "-f",
+           "lessons/common/lesson.mk", f"L={name}", f"S={out / 'src'}",
+           f"OUT={out}"]
     try:
         saved = json.loads(stamp.read_text())
-        if saved["key"] == key:
-            return saved["rc"], saved["stdout"], saved["stderr"], saved["command"]
-    except (OSError, ValueError, KeyError):
-        pass
-    cmd = ["make", "-B", "--no-print-directory", "-f", "lessons/common/lesson.mk",
-           f"L={name}", f"S={src}", f"OUT={out}"]
+    except (OSError, ValueError):
+        saved = None
+    if prebuilt:
+        if saved is None:
+            return {"rc": 1, "stdout": "", "missing": False,
+                    "command": f"python3 -m grader build {src} {name}",
+                    "stderr": f"lesson {name} of {src} was not compiled "
+                              f"before grading (no {stamp})"}
+        return saved
+    result = {"rc": 0, "stdout": "", "stderr": "", "missing": False,
+              "command": shlex.join(cmd)}
+    if not (src / name).is_dir():
+        result.update(missing=True, rc=1)
+        return _save(out, stamp, result)
+    try:
+        files = _lesson_files(src, name)
+    except ValueError as e:
+        result.update(rc=1, stderr=str(e))
+        return _save(out, stamp, result)
+    key = _inputs_key(course, files, name)
+    if saved and saved.get("key") == key:
+        return saved
+    result["key"] = key
+    # The copy: only this lesson's files, nothing else of SRC.
+    copy = out / "src" / name
+    shutil.rmtree(out / "src", ignore_errors=True)
+    copy.mkdir(parents=True)
+    for f in files:
+        shutil.copyfile(f, copy / f.name)
+    bad = _outside_includes(course, copy, name, files)
+    if bad:
+        result.update(rc=1, stderr="\n".join(
+            f"{src / name / f}: includes {d}: refused (a submission may "
+            f"include its own files, lessons/common/, lessons/{name}/ and "
+            f"system headers, nothing else of the course or the machine)"
+            for f, d in bad))
+        return _save(out, stamp, result)
     res = harness.run(cmd, timeout=300, cwd=course)
-    rc = 1 if res.timed_out else res.returncode
+    # Diagnostics name the student's own paths, not the copy's.
+    shown = str(src / name)
+    result.update(rc=1 if res.timed_out else res.returncode,
+                  stdout=res.stdout.replace(str(copy), shown),
+                  stderr=res.stderr.replace(str(copy), shown))
+    return _save(out, stamp, result)
+
+
+def _save(out, stamp, result):
     out.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps({"key": key, "rc": rc, "stdout": res.stdout,
-                                 "stderr": res.stderr,
-                                 "command": shlex.join(cmd)}))
-    return rc, res.stdout, res.stderr, shlex.join(cmd)
+    stamp.write_text(json.dumps(result))
+    return result
+
+
+def grader_program(course, source, flags=("-static",)):
+    """Compile one of the grader's own C programs (grader/NAME.c) into
+    build/grader/NAME, unless that build is current. Returns its path;
+    raises RuntimeError with the compiler's message."""
+    src = course / "grader" / source
+    out = course / "build" / "grader" / src.stem
+    key = hashlib.sha256(src.read_bytes() + repr(flags).encode()).hexdigest()
+    stamp = out.with_name(out.name + ".key")
+    if out.exists() and stamp.exists() and stamp.read_text() == key:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    res = subprocess.run([os.environ.get("CC", "cc"), "-O2", "-Wall",
+                          "-Wextra", *flags, "-o", str(tmp), str(src)],
+                         capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        raise RuntimeError(f"cannot compile {src}:\n{res.stderr}")
+    os.replace(tmp, out)
+    stamp.write_text(key)
+    return out
+
+
+def lesson_names(course, src, wanted=()):
+    """The lessons to build: `wanted` (NN-topic names), or every lesson."""
+    names = wanted or sorted(p.name for p in (course / "lessons").glob(
+        "[0-9][0-9]-*") if p.is_dir())
+    return [n for n in names if (course / "lessons" / n).is_dir()]
 
 
 def main(argv):
@@ -65,9 +188,12 @@ def main(argv):
         print("usage: python3 -m grader build SRC [NN-topic ...]", file=sys.stderr)
         return 2
     src = Path(argv[0]).resolve()
-    names = argv[1:] or sorted(p.name for p in src.glob("[0-9][0-9]-*") if p.is_dir())
-    for name in names:
-        if (src / name).is_dir() and (COURSE / "lessons" / name).is_dir():
-            compile_lesson(COURSE, src, name)
+    if not src.is_dir():
+        print(f"SRC={argv[0]}: no such directory (expected a tree shaped "
+              f"like skeletons/)", file=sys.stderr)
+        return 2
+    grader_program(COURSE, "sandbox-exec.c")
+    for name in lesson_names(COURSE, src, argv[1:]):
+        compile_lesson(COURSE, src, name)
     return 0
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import nullcontext
 
 # Output kept per stream; the rest is counted and dropped.
 OUTPUT_CAP = 256 * 1024
@@ -172,6 +173,17 @@ def _record(result, label="run"):
 
 # ---- processes --------------------------------------------------------------
 
+# The pids of live processes started outside the sandbox (trusted peers):
+# a sandbox that is not contained kills every other leftover process.
+_trusted = None
+
+
+def track_trusted(pids):
+    """Record live unsandboxed processes in the set `pids` (or stop: None)."""
+    global _trusted
+    _trusted = pids
+
+
 def _kill_group(proc):
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -182,24 +194,32 @@ def _kill_group(proc):
 class Proc:
     """A running program in its own process group (see start())."""
 
-    def __init__(self, cmd, env=None, cwd=None, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, cmd, env=None, cwd=None, timeout=DEFAULT_TIMEOUT,
+                 sandbox=None):
         self.cmd = [str(c) for c in cmd]
         self.timeout = timeout
         self.match = None
         self.result = None
+        self.sandbox = sandbox
         self.start_time = time.monotonic()
         full_env = None
         if env:
             full_env = dict(os.environ)
             full_env.update({k: str(v) for k, v in env.items()})
+        argv = self.cmd
+        if sandbox is not None:
+            argv, cwd, full_env = sandbox.wrap(self.cmd, full_env)
         try:
-            self.proc = subprocess.Popen(
-                self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=full_env, cwd=cwd,
-                start_new_session=True)
+            with sandbox.spawning() if sandbox else nullcontext():
+                self.proc = subprocess.Popen(
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, env=full_env, cwd=cwd,
+                    start_new_session=True)
         except OSError as e:
             raise GradeFailure(f"cannot run {self.cmd[0]}: {e.strerror}\n"
                                f"command: {shlex.join(self.cmd)}") from e
+        if sandbox is None and _trusted is not None:
+            _trusted.add(self.proc.pid)
         self.cond = threading.Condition()
         self.out = _Reader(self.proc.stdout, self.cond)
         self.err = _Reader(self.proc.stderr, self.cond)
@@ -262,6 +282,8 @@ class Proc:
         # Whatever the program left behind in its group goes too.
         _kill_group(self.proc)
         self.proc.wait()
+        if _trusted is not None:
+            _trusted.discard(self.proc.pid)
         for r in (self.out, self.err):
             r.join(timeout=5)
         self.result = Result(self.cmd, self.proc.returncode, self.out.text(),
@@ -288,10 +310,11 @@ class Proc:
 
 
 def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
-          input=None):
-    """Start `cmd` in its own process group; when `ready` is a regex, wait
-    for it on stdout first. Use as a context manager."""
-    p = Proc(cmd, env=env, cwd=cwd, timeout=timeout)
+          input=None, sandbox=None):
+    """Start `cmd` in its own process group (inside `sandbox`, a
+    grader.sandbox.Sandbox, when given); when `ready` is a regex, wait for it
+    on stdout first. Use as a context manager."""
+    p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox)
     p.feed(input)
     if ready:
         try:
@@ -302,9 +325,11 @@ def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
     return p
 
 
-def run(cmd, timeout=DEFAULT_TIMEOUT, input=None, env=None, cwd=None):
-    """Run `cmd` to completion (killed at `timeout`); the Result."""
-    p = Proc(cmd, env=env, cwd=cwd, timeout=timeout)
+def run(cmd, timeout=DEFAULT_TIMEOUT, input=None, env=None, cwd=None,
+        sandbox=None):
+    """Run `cmd` to completion (killed at `timeout`, inside `sandbox` when
+    given); the Result."""
+    p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox)
     p.feed(input)
     return p.wait()
 

@@ -10,7 +10,9 @@ lesson's hint. `make grade` runs this inside vm-setup/with-rxe.
 """
 
 import json
+import os
 import re
+import resource
 import time
 import tomllib
 from pathlib import Path
@@ -21,6 +23,7 @@ from . import harness
 from .build import build_dir, compile_lesson
 from .harness import GradeFailure
 from .rxe import Rdma
+from .sandbox import Sandbox
 
 COURSE_DEFAULT = Path(__file__).resolve().parent.parent
 LESSON_FILE = re.compile(r"test_(\d\d)_")
@@ -80,17 +83,20 @@ def parse_lesson_arg(arg, lessons):
 class Build:
     """One lesson compiled from one SRC tree (see lessons/common/lesson.mk)."""
 
-    def __init__(self, lesson, src, course, out):
+    def __init__(self, lesson, src, course, out, prebuilt=False,
+                 sandbox=None):
         self.lesson, self.src, self.course, self.out = lesson, src, course, out
+        self.sandbox = sandbox
         self.error = None
         tree = src / lesson.name
         self.repro = f"make build LESSON={lesson.number} SRC={src}"
-        if not tree.is_dir():
+        built = compile_lesson(course, src, lesson.name, prebuilt=prebuilt)
+        if built["missing"]:
             self.error = (f"{tree}/ does not exist: there is nothing to grade "
                           f"for lesson {lesson.name} in SRC={src}")
             return
-        rc, out, err, cmd = compile_lesson(course, src, lesson.name)
-        lesson.build_log = f"$ {cmd}\n{out}{err}"
+        rc, out, err = built["rc"], built["stdout"], built["stderr"]
+        lesson.build_log = f"$ {built['command']}\n{out}{err}"
         diag = "\n".join(line for line in err.splitlines()
                          if not line.startswith("make"))
         if rc != 0:
@@ -109,19 +115,27 @@ class Build:
                                f"{self.lesson.name}/{prog}.c there?)")
         return p
 
+    @property
+    def as_root(self):
+        """Do the student's programs run as root? (Not in the sandbox.)"""
+        return os.geteuid() == 0 and not (self.sandbox and
+                                          self.sandbox.contained)
+
     def _timeout(self, timeout):
         return self.lesson.timeout if timeout is None else timeout
 
     def run(self, prog, *args, timeout=None, input=None, env=None, wrap=()):
+        """Run the student's `prog` in the sandbox, to completion."""
         return harness.run([*wrap, self.path(prog), *args],
                            timeout=self._timeout(timeout), input=input,
-                           env=env, cwd=self.course)
+                           env=env, sandbox=self.sandbox)
 
     def start(self, prog, *args, ready=r"listening on port (\d+)",
               timeout=None, env=None, wrap=(), input=None):
+        """Start the student's `prog` in the sandbox (see harness.start)."""
         return harness.start([*wrap, self.path(prog), *args], ready=ready,
                              timeout=self._timeout(timeout), env=env,
-                             cwd=self.course, input=input)
+                             input=input, sandbox=self.sandbox)
 
     def run_cmd(self, cmd, timeout=None, input=None, env=None):
         return harness.run(cmd, timeout=self._timeout(timeout), input=input,
@@ -142,6 +156,21 @@ def pytest_addoption(parser):
                 help="where failed tests' transcripts go")
     g.addoption("--course-root", default=str(COURSE_DEFAULT),
                 help="the course tree (default: the one holding this grader)")
+    g.addoption("--prebuilt", action="store_true",
+                help="use the builds `python3 -m grader build SRC` made; "
+                     "never read SRC (make grade compiles on the host)")
+
+
+def _raise_memlock():
+    """As much of RLIMIT_MEMLOCK as this process may have."""
+    inf = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    for want in ((inf, inf), (hard, hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_MEMLOCK, want)
+            return
+        except (ValueError, OSError):
+            pass
 
 
 class Grader:
@@ -150,7 +179,8 @@ class Grader:
         self.course = Path(config.getoption("course_root")).resolve()
         src = Path(config.getoption("src"))
         self.src = (src if src.is_absolute() else Path.cwd() / src).resolve()
-        if not self.src.is_dir():
+        self.prebuilt = config.getoption("prebuilt")
+        if not self.prebuilt and not self.src.is_dir():
             raise pytest.UsageError(f"SRC={config.getoption('src')}: no such "
                                     f"directory (expected a tree shaped like "
                                     f"skeletons/)")
@@ -166,6 +196,8 @@ class Grader:
         self.outcome = {}           # nodeid -> dict(passed, duration, output)
         self.started = time.monotonic()
         self.tr = None
+        self.sandbox = None
+        self.trusted = set()
 
     # -- helpers --
     def lesson(self, num):
@@ -177,7 +209,9 @@ class Grader:
         if num not in self.builds:
             lesson = self.lesson(num)
             out = build_dir(self.course, self.src, lesson.name)
-            self.builds[num] = Build(lesson, self.src, self.course, out)
+            self.builds[num] = Build(lesson, self.src, self.course, out,
+                                     prebuilt=self.prebuilt,
+                                     sandbox=self.get_sandbox())
             if lesson.warnings:
                 self.write("  compiler warnings (reproduce: "
                            f"{self.builds[num].repro}):")
@@ -192,6 +226,20 @@ class Grader:
             self.tr.write_line(line)
         else:
             print(line, flush=True)
+
+    def get_sandbox(self):
+        """The sandbox student programs run in, made on first use."""
+        if self.sandbox is None:
+            # Inherited by every program: RDMA pins memory.
+            _raise_memlock()
+            outputs = [Path(p).resolve().parent for p in
+                       (self.results_path,
+                        self.config.getoption("xmlpath", None)) if p]
+            self.sandbox = Sandbox(self.course, read_only=outputs)
+            harness.track_trusted(self.trusted)
+            if not self.sandbox.contained:
+                self.write(f"note: {self.sandbox.why_not}")
+        return self.sandbox
 
     # -- collection --
     @pytest.hookimpl(trylast=True)
@@ -239,6 +287,16 @@ class Grader:
 
     def pytest_runtest_setup(self, item):
         harness.new_transcript()
+        self.get_sandbox().begin_test(item.name)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        yield
+        left = self.sandbox.end_test() if self.sandbox else 0
+        if left:
+            harness.current_transcript().add(
+                f"# the grader killed {left} process(es) the test's programs "
+                f"had left running\n")
 
     def pytest_report_teststatus(self, report, config):
         # Our own lines replace pytest's progress letters.
@@ -325,6 +383,10 @@ class Grader:
 
     # -- the end --
     def pytest_sessionfinish(self, session, exitstatus):
+        # Results are written once no program of the submission is left.
+        if self.sandbox:
+            self.sandbox.close()
+            harness.track_trusted(None)
         got, total = self.score()
         if self.results_path:
             tests = []

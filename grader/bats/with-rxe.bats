@@ -62,3 +62,38 @@ setup() {
 	fi
 	[ "$(cat typed.txt)" = "shell rxe0" ]
 }
+
+# score_is_full - the last line of $output is "Score: N/N".
+score_is_full() {
+	local last
+	last=$(tail -n 1 <<<"$output")
+	[[ "$last" =~ ^Score:\ ([0-9]+)/([0-9]+)$ ]] || fail "last line is not a score: $last"
+	[ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] || fail "not full marks: $last"
+}
+
+@test "make grade: SRC outside the course tree, no RESULTS, full marks" {
+	mkdir -p "$BATS_TEST_TMPDIR/x/alice"
+	cp -r "$COURSE/solutions/01-devices" "$BATS_TEST_TMPDIR/x/alice/"
+	cd "$COURSE"
+	run make --no-print-directory grade LESSON=01 SRC="$BATS_TEST_TMPDIR/x/alice"
+	assert_success
+	refute_output --partial "no such directory"
+	score_is_full
+}
+
+@test "make -C COURSE grade from another directory, RESULTS directly in /tmp" {
+	mkdir -p "$BATS_TEST_TMPDIR/bob"
+	cp -r "$COURSE/solutions/04-work-requests" "$BATS_TEST_TMPDIR/bob/"
+	results=/tmp/rdma-course-bats-$$-$RANDOM.json
+	cd /tmp
+	run make -C "$COURSE" --no-print-directory grade LESSON=04 SRC="$BATS_TEST_TMPDIR/bob" RESULTS="$results"
+	assert_success
+	score_is_full
+	python3 - "$results" "$(tail -n 1 <<<"$output")" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+assert data["score"] == data["max_score"] > 0, data
+assert sys.argv[2] == f"Score: {data['score']}/{data['max_score']}", sys.argv[2]
+PY
+	rm -f "$results"
+}

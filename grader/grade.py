@@ -1,0 +1,134 @@
+"""python3 -m grader grade - what `make grade` runs, on the host.
+
+    python3 -m grader grade [--src DIR] [--lesson 05,06] [--results FILE]
+                            [--junit FILE]
+
+1. Checks that the grader's own files are the checkout's (a submission that
+   planted or edited one in an earlier run would grade itself).
+2. Compiles the lessons from SRC on the host (grader/build.py): SRC may be any
+   readable directory; the micro-VM never needs to see it.
+3. Runs pytest with the grader plugin where an RDMA device exists
+   (vm-setup/with-rxe) with a private output directory shared into the VM.
+4. When that has ended (the VM is off, no program of the submission is left),
+   copies results.json and the JUnit file to where they were asked for.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .build import COURSE, compile_lesson, grader_program, lesson_names
+
+# What must be exactly the checkout's: the grader, the course's provided code
+# and build rules, the VM runner.
+GUARDED = ["grader", "lessons", "vm-setup", "Makefile"]
+PYTEST_FLAGS = ["-p", "grader.plugin", "-qq", "--tb=no", "-rN", "--color=no",
+                "-o", "console_output_style=classic"]
+
+
+def integrity_problems(course):
+    """Lines naming every guarded file that differs from the commit, or
+    exists untracked; [] when clean or when the course is not a git
+    checkout (nothing to compare with)."""
+    try:
+        top = subprocess.run(["git", "-C", course, "rev-parse",
+                              "--show-toplevel"], capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != course:
+        return []
+    res = subprocess.run(["git", "-C", course, "status", "--porcelain",
+                          "--untracked-files=all", "--", *GUARDED],
+                         capture_output=True, text=True, timeout=120)
+    return [line for line in res.stdout.splitlines() if line.strip()]
+
+
+def parse_lessons(arg):
+    """'5', '05', '05-send-recv', '05,06' -> lesson directory names."""
+    lessons = {p.name[:2]: p.name for p in (COURSE / "lessons").glob(
+        "[0-9][0-9]-*") if p.is_dir()}
+    names = []
+    for tok in arg.replace(",", " ").split():
+        num = tok.split("-")[0].zfill(2)
+        if not num.isdigit() or num not in lessons:
+            raise SystemExit(f"no lesson '{tok}'; the lessons are: "
+                             + " ".join(sorted(lessons.values())))
+        names.append(lessons[num])
+    return names
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="python3 -m grader grade",
+                                 description="grade a tree shaped like "
+                                             "skeletons/ (make grade)")
+    ap.add_argument("--src", default="skeletons")
+    ap.add_argument("--lesson", default="")
+    ap.add_argument("--results", default="")
+    ap.add_argument("--junit", default="")
+    args = ap.parse_args(argv)
+
+    src = Path(args.src).resolve()
+    if not src.is_dir():
+        print(f"SRC={args.src}: no such directory (expected a tree shaped "
+              f"like skeletons/)", file=sys.stderr)
+        return 2
+    names = parse_lessons(args.lesson) if args.lesson else []
+
+    problems = integrity_problems(COURSE)
+    if problems:
+        allowed = os.environ.get("ALLOW_MODIFIED_GRADER") == "1"
+        say = "warning" if allowed else "error"
+        print(f"{say}: the course's own files differ from the checkout "
+              f"(git status):", file=sys.stderr)
+        for line in problems:
+            print(f"  {line}", file=sys.stderr)
+        if not allowed:
+            print("The grader will not grade with them: a file a submission "
+                  "changed or planted would grade it.\nRestore them "
+                  "(git checkout -- PATH; git clean -n lists untracked "
+                  "ones), or, editing the course itself, run with "
+                  "ALLOW_MODIFIED_GRADER=1.", file=sys.stderr)
+            return 2
+
+    # git ignores __pycache__: a planted .pyc could stand in for a grader
+    # module. The grader's are made afresh each time (a second or so).
+    for cache in (COURSE / "grader").rglob("__pycache__"):
+        shutil.rmtree(cache, ignore_errors=True)
+
+    grader_program(COURSE, "sandbox-exec.c")
+    for name in lesson_names(COURSE, src, names):
+        compile_lesson(COURSE, src, name)
+
+    out = Path(tempfile.mkdtemp(prefix="rdma-grade."))
+    try:
+        os.chmod(out, 0o755)
+        cmd = [str(COURSE / "vm-setup" / "with-rxe"), sys.executable,
+               "-m", "pytest", "-c", "grader/pytest.ini", "--rootdir", ".",
+               *PYTEST_FLAGS, "grader/lessons", f"--src={src}", "--prebuilt",
+               f"--results={out}/results.json"]
+        if args.lesson:
+            cmd.append(f"--lesson={args.lesson}")
+        if args.junit:
+            cmd.append(f"--junitxml={out}/junit.xml")
+        env = dict(os.environ)
+        env["RXE_VM_SHARE"] = ":".join(
+            x for x in (env.get("RXE_VM_SHARE", ""), str(out)) if x)
+        rc = subprocess.run(cmd, cwd=COURSE, env=env).returncode
+        if not (out / "results.json").exists():
+            print(f"grader: no results were written (exit {rc}): grading "
+                  f"did not run to its end", file=sys.stderr)
+            return rc or 1
+        for have, want in ((out / "results.json", args.results),
+                           (out / "junit.xml", args.junit)):
+            if want and have.exists():
+                dest = Path(want)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(have, dest)
+        return rc
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
