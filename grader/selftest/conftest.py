@@ -1,6 +1,9 @@
 """Fixtures for the grader's own tests."""
 
+import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,3 +23,45 @@ def badprogs(tmp_path_factory):
                        check=True)
         progs[src.stem] = exe
     return progs
+
+
+# ---- grading whole trees inside the VM (the device half of make test) --------
+
+def grade_tree(tree, tmp_path_factory, lessons=None):
+    """Grade `tree` (relative to the course) with the plugin, as make grade
+    does inside the VM; (per-lesson {name: (got, total)}, stdout, results
+    path). make test compiled the tree on the host first."""
+    out = tmp_path_factory.mktemp("grade-" + str(tree).replace("/", "_"))
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini", "--rootdir", ".",
+         "-p", "grader.plugin", "-qq", "--tb=no", "-rN", "--color=no",
+         "grader/lessons", f"--src={tree}", f"--results={out}/results.json",
+         f"--transcripts={out}/transcripts",
+         *([f"--lesson={','.join(lessons)}"] if lessons else [])],
+        cwd=COURSE, capture_output=True, text=True, timeout=1200)
+    path = out / "results.json"
+    assert path.exists(), f"grading {tree} wrote no results:\n{res.stdout}\n{res.stderr}"
+    data = json.loads(path.read_text())
+    per = {}
+    for t in data["tests"]:
+        lesson = t["name"].split(":")[0]
+        got, total = per.get(lesson, (0, 0))
+        per[lesson] = (got + t["score"], total + t["max_score"])
+    return per, res.stdout, path
+
+
+def need_device():
+    if not os.environ.get("RDMA_DEVICE"):
+        pytest.fail("no RDMA device: run the self-check through vm-setup/with-rxe (make test does)")
+
+
+@pytest.fixture(scope="session")
+def solutions_grade(tmp_path_factory):
+    need_device()
+    return grade_tree("solutions", tmp_path_factory)[:2]
+
+
+@pytest.fixture(scope="session")
+def skeletons_grade(tmp_path_factory):
+    need_device()
+    return grade_tree("skeletons", tmp_path_factory)[:2]

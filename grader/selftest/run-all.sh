@@ -8,7 +8,8 @@
 #   3. bats: with-rxe through the micro-VM (exit codes, output, timeout)
 #   4. in one vm-setup/with-rxe run: the device smoke test (bats) and
 #      pytest -m device: the self-check grades solutions (full marks) and
-#      skeletons (not full marks)
+#      skeletons (not full marks), and the hostile submissions (no more than
+#      the skeletons, nothing changed)
 # Exit 0 only when every part passed.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -27,7 +28,9 @@ bats grader/bats/with-rxe.bats
 vm=$?
 echo "== 4. in vm-setup/with-rxe: device smoke test, solutions and skeletons graded =="
 # Compile both trees here, natively; the grader in the VM reuses the builds.
-"$PYTHON" -m grader build solutions && "$PYTHON" -m grader build skeletons
+"$PYTHON" -m grader build solutions && "$PYTHON" -m grader build skeletons &&
+	"$PYTHON" grader/selftest/hostile/tree.py build/selftest/hostile &&
+	"$PYTHON" -m grader build build/selftest/hostile
 vm-setup/with-rxe bash -c 'bats grader/bats/device.bats; b=$?
 	'"$PYTEST"' -m device -v "$@"; p=$?
 	[ $b = 0 ] && [ $p = 0 ]' run-all "$@"

@@ -1,101 +1,69 @@
-"""Hostile submissions (grader/selftest/hostile/) graded the way `make grade`
-grades: none may score more than the untouched skeleton, change the
-results, or leave anything behind in the checkout."""
+"""Hostile submissions (grader/selftest/hostile/) graded as make grade grades
+them in the VM: none may score more than the untouched skeleton, change the
+results, or leave anything behind in the checkout. make test builds their
+tree on the host (hostile/tree.py) into build/selftest/hostile."""
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import COURSE
+from conftest import COURSE, grade_tree, need_device
 
-HERE = COURSE / "grader" / "selftest" / "hostile"
-APPENDED = ["daemon", "plant", "tamper", "escape"]
+sys.path.insert(0, str(COURSE / "grader" / "selftest" / "hostile"))
+import tree as hostile  # noqa: E402
 
-
-def lesson_of(attack):
-    first = (HERE / f"{attack}.c").read_text().splitlines()[0]
-    return re.match(r"/\* lesson: (\S+) \*/", first).group(1)
+TREE = "build/selftest/hostile"
+ATTACKS = hostile.APPENDED + hostile.REPLACING
 
 
 def git_status():
     return subprocess.run(["git", "-C", COURSE, "status", "--porcelain",
-                          "--untracked-files=all", "--ignored"],
-                         capture_output=True, text=True, check=True).stdout
+                           "--untracked-files=all", "--ignored"],
+                          capture_output=True, text=True, check=True).stdout
 
 
-def grade(src, lessons, out):
-    res = subprocess.run(
-        [sys.executable, "-m", "grader", "grade", f"--src={src}",
-         f"--lesson={','.join(lessons)}", f"--results={out}"],
-        cwd=COURSE, capture_output=True, text=True, timeout=900)
-    per = {}
-    if out.exists():
-        for t in json.loads(out.read_text())["tests"]:
-            lesson = t["name"].split(":")[0]
-            got, total = per.get(lesson, (0, 0))
-            per[lesson] = (got + t["score"], total + t["max_score"])
-    return res, per
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def graded(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("hostile")
-    tree = tmp / "tree"
-    common = (HERE / "common.h").read_text()
-    lessons = []
-    for attack in APPENDED:
-        lesson = lesson_of(attack)
-        if lesson not in lessons:
-            lessons.append(lesson)
-            shutil.copytree(COURSE / "skeletons" / lesson, tree / lesson)
-            for c in (tree / lesson).glob("*.c"):
-                c.write_text(c.read_text() + "\n" + common)
-        for c in (tree / lesson).glob("*.c"):
-            c.write_text(c.read_text() + (HERE / f"{attack}.c").read_text())
-    inc = lesson_of("include")
-    lessons.append(inc)
-    (tree / inc).mkdir(parents=True)
-    prog = next((COURSE / "skeletons" / inc).glob("*.c")).name
-    (tree / inc / prog).write_text(
-        (HERE / "include.c").read_text().replace("COURSE", str(COURSE)))
+    need_device()
+    assert (COURSE / TREE).is_dir(), \
+        f"{TREE} is missing: make test builds it (grader/selftest/run-all.sh)"
     before = git_status()
-    res, per = grade(tree, lessons, tmp / "hostile.json")
-    skel_res, skel = grade(COURSE / "skeletons", lessons, tmp / "skel.json")
-    after = git_status()
-    return {"res": res, "per": per, "skel": skel, "skel_res": skel_res,
-            "before": before, "after": after, "json": tmp / "hostile.json"}
+    per, out, results = grade_tree(TREE, tmp_path_factory, hostile.lessons())
+    return {"per": per, "out": out, "results": results, "before": before,
+            "after": git_status()}
 
 
-@pytest.mark.parametrize("attack", APPENDED + ["include"])
-def test_attack_scores_no_more_than_the_skeleton(graded, attack):
-    lesson = lesson_of(attack)
-    assert lesson in graded["skel"], graded["skel_res"].stdout[-3000:]
-    assert lesson in graded["per"], graded["res"].stdout[-3000:]
+@pytest.mark.device
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_attack_scores_no_more_than_the_skeleton(graded, skeletons_grade,
+                                                 attack):
+    lesson = hostile.lesson_of(attack)
+    assert lesson in graded["per"], graded["out"][-3000:]
     got, total = graded["per"][lesson]
-    skel, _ = graded["skel"][lesson]
+    skel, _ = skeletons_grade[0][lesson]
     assert got <= skel, (f"{attack}: {got}/{total} against the skeleton's "
-                         f"{skel}\n" + graded["res"].stdout[-3000:])
+                         f"{skel}\n" + graded["out"][-3000:])
 
 
+@pytest.mark.device
 def test_results_agree_with_the_console(graded):
-    data = json.loads(graded["json"].read_text())
-    last = graded["res"].stdout.rstrip().splitlines()[-1]
+    data = json.loads(graded["results"].read_text())
+    last = graded["out"].rstrip().splitlines()[-1]
     assert last == f"Score: {data['score']}/{data['max_score']}", last
     assert data["score"] == sum(t["score"] for t in data["tests"])
     assert data["max_score"] == sum(t["max_score"] for t in data["tests"])
 
 
+@pytest.mark.device
 def test_the_checkout_is_left_as_it_was(graded):
-    # Only ignored build products may appear (build/, .grade/, __pycache__).
+    # Only the grader's own ignored products may appear.
     new = [line for line in graded["after"].splitlines()
            if line not in graded["before"].splitlines()
-           and not line.startswith("!! build/")
-           and not line.startswith("!! .grade/")
+           and not line.startswith(("!! build/", "!! .grade/"))
            and "__pycache__" not in line]
     assert not new, "\n".join(new)
     for planted in ("PLANTED", "ESCAPED", "build/ESCAPED", ".grade/ESCAPED",
@@ -103,11 +71,11 @@ def test_the_checkout_is_left_as_it_was(graded):
         assert not (COURSE / planted).exists(), planted
 
 
+@pytest.mark.device
 def test_an_include_of_the_solution_is_refused(graded):
-    out = graded["res"].stdout
-    lesson = lesson_of("include")
+    lesson = hostile.lesson_of("include")
     assert re.search(rf"includes {re.escape(str(COURSE))}/solutions/{lesson}/"
-                     rf"\S+: refused", out), out[-3000:]
+                     rf"\S+: refused", graded["out"]), graded["out"][-3000:]
 
 
 def test_planted_grader_files_stop_the_grading():
