@@ -14,7 +14,6 @@ import signal
 import subprocess
 import threading
 import time
-from contextlib import nullcontext
 
 # Output kept per stream; the rest is counted and dropped.
 OUTPUT_CAP = 256 * 1024
@@ -210,11 +209,10 @@ class Proc:
         if sandbox is not None:
             argv, cwd, full_env = sandbox.wrap(self.cmd, full_env)
         try:
-            with sandbox.spawning() if sandbox else nullcontext():
-                self.proc = subprocess.Popen(
-                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, env=full_env, cwd=cwd,
-                    start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=full_env, cwd=cwd,
+                start_new_session=True)
         except OSError as e:
             raise GradeFailure(f"cannot run {self.cmd[0]}: {e.strerror}\n"
                                f"command: {shlex.join(self.cmd)}") from e

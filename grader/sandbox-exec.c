@@ -3,10 +3,12 @@
  * sandbox-exec - start one of the student's programs inside the grader's
  * sandbox (see grader/sandbox.py):
  *
- *   sandbox-exec NSFILE DIR UID GID -- CMD [ARG...]
+ *   sandbox-exec CGROUP NSFILE DIR UID GID -- CMD [ARG...]
  *
- * Enters the mount namespace bound at NSFILE (the course tree read-only,
- * solutions hidden), changes to DIR, drops every group and privilege to
+ * Moves itself into the cgroup directory CGROUP (the test's: killed whole
+ * when the test ends), enters the mount namespace bound at NSFILE (the
+ * course tree read-only, solutions hidden), changes to DIR, drops every
+ * group and privilege to
  * UID:GID, forbids new privileges (setuid programs stay unprivileged) and
  * executes CMD in its own place: the PID the grader sees is CMD's.
  *
@@ -48,35 +50,42 @@ static long number(const char *s)
 
 int main(int argc, char **argv)
 {
+	char procs[4096];
 	uid_t uid;
 	gid_t gid;
 	int fd;
 
-	if (argc < 7 || strcmp(argv[5], "--")) {
-		fprintf(stderr,
-			"usage: sandbox-exec NSFILE DIR UID GID -- CMD [ARG...]\n");
+	if (argc < 8 || strcmp(argv[6], "--")) {
+		fprintf(stderr, "usage: sandbox-exec CGROUP NSFILE DIR UID GID "
+				"-- CMD [ARG...]\n");
 		return 2;
 	}
-	uid = (uid_t)number(argv[3]);
-	gid = (gid_t)number(argv[4]);
+	uid = (uid_t)number(argv[4]);
+	gid = (gid_t)number(argv[5]);
 
-	fd = open(argv[1], O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		die("cannot open the namespace", argv[1]);
-	if (setns(fd, CLONE_NEWNS))
-		die("setns", argv[1]);
+	/* "0" moves the writer: nothing of CMD runs outside the cgroup. */
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", argv[1]);
+	fd = open(procs, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "0", 1) != 1)
+		die("cannot join the cgroup", argv[1]);
 	close(fd);
-	if (chdir(argv[2]))
-		die("cannot change to", argv[2]);
+	fd = open(argv[2], O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		die("cannot open the namespace", argv[2]);
+	if (setns(fd, CLONE_NEWNS))
+		die("setns", argv[2]);
+	close(fd);
+	if (chdir(argv[3]))
+		die("cannot change to", argv[3]);
 	if (setgroups(0, NULL))
 		die("setgroups", NULL);
 	if (setgid(gid))
-		die("setgid", argv[4]);
+		die("setgid", argv[5]);
 	if (setuid(uid))
-		die("setuid", argv[3]);
+		die("setuid", argv[4]);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
 		die("prctl(PR_SET_NO_NEW_PRIVS)", NULL);
-	execvp(argv[6], argv + 6);
-	die("cannot run", argv[6]);
+	execvp(argv[7], argv + 7);
+	die("cannot run", argv[7]);
 	return 127;
 }

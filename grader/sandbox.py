@@ -31,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from .build import grader_program
@@ -56,13 +55,6 @@ def _cgroup2_root():
         if fstype == "cgroup2":
             return Path(point)
     return None
-
-
-def _own_cgroup():
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        if line.startswith("0::"):
-            return line[3:]
-    return "/"
 
 
 class Sandbox:
@@ -109,7 +101,6 @@ class Sandbox:
                             "/sys/fs/cgroup"], check=True,
                            capture_output=True)
             cg = Path("/sys/fs/cgroup")
-        self.cg_home = cg / _own_cgroup().lstrip("/")
         self.base = cg / f"rdma-grade.{os.getpid()}"
         self.base.mkdir(exist_ok=True)
         if not (self.base / "cgroup.kill").exists():
@@ -151,12 +142,20 @@ class Sandbox:
         self.end_test()
         if self.nsfile:
             subprocess.run(["umount", self.nsfile], capture_output=True)
-            self.nsfile.unlink(missing_ok=True)
-        if self.base:
             try:
-                self.base.rmdir()
+                self.nsfile.unlink(missing_ok=True)
             except OSError:
                 pass
+        if self.base:
+            # Anything started outside a test was put here: it goes too.
+            (self.base / "cgroup.kill").write_text("1")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    self.base.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.02)
         shutil.rmtree(self.scratch_root, ignore_errors=True)
 
     # ---- per test ---------------------------------------------------------------
@@ -241,19 +240,7 @@ class Sandbox:
         env.pop("TMPDIR", None)
         if not self.contained:
             return list(cmd), str(cwd), env
-        argv = [str(self.launcher), str(self.nsfile), str(cwd),
+        cgroup = self.cgroup or self.base
+        argv = [str(self.launcher), str(cgroup), str(self.nsfile), str(cwd),
                 str(STUDENT_UID), str(STUDENT_GID), "--", *cmd]
         return argv, "/", env
-
-    @contextmanager
-    def spawning(self):
-        """Processes forked inside this block start in the test's cgroup:
-        the grader steps into it for the fork and straight back out."""
-        if self.cgroup is None:
-            yield
-            return
-        (self.cgroup / "cgroup.procs").write_text(str(os.getpid()))
-        try:
-            yield
-        finally:
-            (self.cg_home / "cgroup.procs").write_text(str(os.getpid()))
