@@ -1,7 +1,11 @@
 # rdma-course - graded RDMA programming lessons on SoftRoCE.
 #
-#   make grade [LESSON=NN] [SRC=DIR] [RESULTS=FILE] [JUNIT=FILE]
-#                        grade SRC (default: skeletons, your work) on an rxe device
+#   make grade [LESSON=NN] [SRC=DIR] [RESULTS=FILE] [JUNIT=FILE] [TEST=NAME] [V=1]
+#                        grade SRC (default: skeletons, your work) on an rxe device;
+#                        TEST= only the tests whose name or title has NAME,
+#                        V=1 every failure in full (default: each lesson's first)
+#   make status          where you stand: one line per lesson from the last grading
+#   make help            this list
 #   make test            the course's own tests (grader, scripts, self-check)
 #   make build LESSON=NN [SRC=DIR]   compile one lesson into build/SRC/NN-topic/
 #   make doctor          can grading run here? one PASS/FAIL line per check
@@ -16,6 +20,8 @@ SRC     ?= skeletons
 LESSON  ?=
 RESULTS ?=
 JUNIT   ?=
+TEST    ?=
+V       ?=
 PYTHON  ?= /usr/bin/python3
 WITH_RXE := vm-setup/with-rxe
 
@@ -26,14 +32,21 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: grade test build doctor vm-shell plot bench-vm bench-grade deps clean
+.PHONY: help status grade test build doctor vm-shell plot bench-vm bench-grade deps clean
 
 comma := ,
 grade:
 	@$(foreach l,$(subst $(comma), ,$(LESSON)),$(if $(call lesson_dir,$(l)),))
 	@$(PYTHON) -m grader grade --src='$(SRC)' $(if $(LESSON),--lesson='$(LESSON)') \
 		$(if $(RESULTS),--results='$(abspath $(RESULTS))') \
-		$(if $(JUNIT),--junit='$(abspath $(JUNIT))')
+		$(if $(JUNIT),--junit='$(abspath $(JUNIT))') \
+		$(if $(TEST),--test='$(TEST)') $(if $(filter 1,$(V)),--verbose-failures)
+
+help:
+	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile
+
+status:
+	@$(PYTHON) -m grader status
 
 test:
 	@grader/selftest/run-all.sh

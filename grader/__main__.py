@@ -1,13 +1,15 @@
 """python3 -m grader build SRC [NN-topic ...] - compile lessons ahead of
-grading; python3 -m grader grade [...] - what make grade runs (grader/grade.py)."""
+grading; python3 -m grader grade [...] - what make grade runs (grader/grade.py);
+python3 -m grader status - make status (grader/status.py)."""
 
 import sys
 
-from . import build, grade
+from . import build, grade, status
 
 USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
          "       python3 -m grader grade [--src DIR] [--lesson L] "
-         "[--results FILE] [--junit FILE]")
+         "[--results FILE] [--junit FILE] [--test NAME] [-v]\n"
+         "       python3 -m grader status")
 
 if __name__ == "__main__":
     verb = sys.argv[1] if len(sys.argv) > 1 else ""
@@ -15,5 +17,7 @@ if __name__ == "__main__":
         sys.exit(build.main(sys.argv[2:]))
     if verb == "grade":
         sys.exit(grade.main(sys.argv[2:]))
+    if verb == "status":
+        sys.exit(status.main(sys.argv[2:]))
     print(USAGE, file=sys.stderr)
     sys.exit(2)

@@ -194,9 +194,10 @@ class Proc:
     """A running program in its own process group (see start())."""
 
     def __init__(self, cmd, env=None, cwd=None, timeout=DEFAULT_TIMEOUT,
-                 sandbox=None):
+                 sandbox=None, on_result=None):
         self.cmd = [str(c) for c in cmd]
         self.timeout = timeout
+        self.on_result = on_result
         self.match = None
         self.result = None
         self.sandbox = sandbox
@@ -289,6 +290,8 @@ class Proc:
                              time.monotonic() - self.start_time, timed_out,
                              timeout)
         _record(self.result)
+        if self.on_result:
+            self.on_result(self.result)
         return self.result
 
     def kill(self, sig=signal.SIGKILL):
@@ -308,11 +311,12 @@ class Proc:
 
 
 def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
-          input=None, sandbox=None):
+          input=None, sandbox=None, on_result=None):
     """Start `cmd` in its own process group (inside `sandbox`, a
     grader.sandbox.Sandbox, when given); when `ready` is a regex, wait for it
     on stdout first. Use as a context manager."""
-    p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox)
+    p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox,
+             on_result=on_result)
     p.feed(input)
     if ready:
         try:

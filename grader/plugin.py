@@ -26,6 +26,7 @@ from .rxe import Rdma
 from .sandbox import Sandbox
 
 COURSE_DEFAULT = Path(__file__).resolve().parent.parent
+HUNG_TIMEOUT = 5            # seconds per wait once a lesson's program hung
 LESSON_FILE = re.compile(r"test_(\d\d)_")
 
 
@@ -88,6 +89,8 @@ class Build:
         self.lesson, self.src, self.course, self.out = lesson, src, course, out
         self.sandbox = sandbox
         self.error = None
+        self.error_shown = False
+        self.hung = None            # the command of a program that hung
         tree = src / lesson.name
         self.repro = f"make build LESSON={lesson.number} SRC={src}"
         built = compile_lesson(course, src, lesson.name, prebuilt=prebuilt)
@@ -108,6 +111,11 @@ class Build:
 
     def path(self, prog):
         if self.error:
+            if self.error_shown:
+                raise GradeFailure("not run: does not compile (the "
+                                   "compiler's message is in this lesson's "
+                                   "first test)")
+            self.error_shown = True
             raise GradeFailure(self.error)
         p = self.out / prog
         if not p.exists():
@@ -122,20 +130,36 @@ class Build:
                                           self.sandbox.contained)
 
     def _timeout(self, timeout):
-        return self.lesson.timeout if timeout is None else timeout
+        t = self.lesson.timeout if timeout is None else timeout
+        # Once a program of the lesson hung, every later wait is short: a
+        # hanging lesson costs one full timeout, not one per test.
+        return min(t, HUNG_TIMEOUT) if self.hung else t
+
+    def _saw(self, result):
+        if result.timed_out and not self.hung:
+            self.hung = result.command
+
+    def hung_note(self):
+        if self.hung:
+            return (f"note: a program of this lesson hung ({self.hung}), so "
+                    f"the lesson's later waits were cut to {HUNG_TIMEOUT} s")
+        return None
 
     def run(self, prog, *args, timeout=None, input=None, env=None, wrap=()):
         """Run the student's `prog` in the sandbox, to completion."""
-        return harness.run([*wrap, self.path(prog), *args],
-                           timeout=self._timeout(timeout), input=input,
-                           env=env, sandbox=self.sandbox)
+        res = harness.run([*wrap, self.path(prog), *args],
+                          timeout=self._timeout(timeout), input=input,
+                          env=env, sandbox=self.sandbox)
+        self._saw(res)
+        return res
 
     def start(self, prog, *args, ready=r"listening on port (\d+)",
               timeout=None, env=None, wrap=(), input=None):
         """Start the student's `prog` in the sandbox (see harness.start)."""
         return harness.start([*wrap, self.path(prog), *args], ready=ready,
                              timeout=self._timeout(timeout), env=env,
-                             input=input, sandbox=self.sandbox)
+                             input=input, sandbox=self.sandbox,
+                             on_result=self._saw)
 
     def run_cmd(self, cmd, timeout=None, input=None, env=None):
         return harness.run(cmd, timeout=self._timeout(timeout), input=input,
@@ -156,6 +180,15 @@ def pytest_addoption(parser):
                 help="where failed tests' transcripts go")
     g.addoption("--course-root", default=str(COURSE_DEFAULT),
                 help="the course tree (default: the one holding this grader)")
+    g.addoption("--test", default="",
+                help="run only the tests whose function name or title "
+                     "contains this (make grade TEST=...)")
+    g.addoption("--status", default="",
+                help="record each lesson's points here for make status "
+                     "(.grade/status.json)")
+    g.addoption("--verbose-failures", action="store_true",
+                help="show every failure in full, not only each lesson's "
+                     "first (make grade V=1)")
     g.addoption("--prebuilt", action="store_true",
                 help="use the builds `python3 -m grader build SRC` made; "
                      "never read SRC (make grade compiles on the host)")
@@ -196,6 +229,10 @@ class Grader:
         self.outcome = {}           # nodeid -> dict(passed, duration, output)
         self.started = time.monotonic()
         self.tr = None
+        self.test_filter = config.getoption("test")
+        self.status_path = config.getoption("status")
+        self.verbose = config.getoption("verbose_failures")
+        self.shown_in_full = set()  # lessons whose first failure was shown
         self.sandbox = None
         self.trusted = set()
 
@@ -259,12 +296,22 @@ class Grader:
             if not mark or len(mark.args) != 2:
                 raise pytest.UsageError(f"{item.nodeid}: every grader test "
                                         f"needs @points(N, 'title')")
+            if self.test_filter and not self.selected(item, mark.args[1]):
+                dropped.append(item)
+                continue
             self.items[item.nodeid] = (num, mark.args[0], mark.args[1])
             t = self.lesson(num).meta.get("test_timeout")
             if t and not item.get_closest_marker("timeout"):
                 item.add_marker(pytest.mark.timeout(int(t)))
             keep.append(item)
-        if self.only:
+        if self.test_filter and not keep:
+            raise pytest.UsageError(
+                f"no test matches TEST={self.test_filter}; the tests "
+                f"(function name: title) are:\n" + "\n".join(
+                    f"  {i.originalname or i.name}: "
+                    f"{i.get_closest_marker('points').args[1]}"
+                    for i in items if i.get_closest_marker("points")))
+        if self.only and not self.test_filter:
             missing = set(self.only) - {self.items[i.nodeid][0] for i in keep}
             if missing:
                 raise pytest.UsageError("no grader tests for lesson(s) "
@@ -276,6 +323,11 @@ class Grader:
         for a, b in zip(keep, keep[1:] + [None]):
             if b is None or self.items[a.nodeid][0] != self.items[b.nodeid][0]:
                 self.last_of_lesson.add(a.nodeid)
+
+    def selected(self, item, title):
+        want = self.test_filter.lower()
+        return (want in (item.originalname or item.name).lower()
+                or want in title.lower())
 
     # -- running --
     def pytest_runtest_logstart(self, nodeid, location):
@@ -336,6 +388,10 @@ class Grader:
             msg = str(report.longreprtext)[-2000:]
         num = self.items[item.nodeid][0]
         lesson = self.lesson(num)
+        build = self.builds.get(num)
+        note = build.hung_note() if build else None
+        if note:
+            msg += "\n" + note
         path = self.save_transcript(item, lesson, msg)
         lines = [msg, f"transcript: {path}"]
         hint = lesson.hint(item.originalname or item.name)
@@ -361,7 +417,14 @@ class Grader:
         verdict = "OK" if rec["passed"] else "FAIL"
         self.write(f"  {title} ... {verdict} ({rec['duration']:.1f}s)")
         if not rec["passed"]:
-            for line in rec["output"].splitlines():
+            lines = rec["output"].splitlines() or [""]
+            if self.verbose or num not in self.shown_in_full:
+                self.shown_in_full.add(num)
+            else:
+                # Later failures of a lesson: one line (V=1 shows them all).
+                lines = [lines[0][:150]] + [x for x in lines
+                                            if x.startswith("transcript: ")]
+            for line in lines:
                 self.write("      " + line)
         if nodeid in self.last_of_lesson:
             got, total = self.subtotal(num)
@@ -408,8 +471,33 @@ class Grader:
             p = Path(self.results_path)
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(json.dumps(data, indent=2) + "\n")
+        if self.status_path and not self.test_filter:
+            self.save_status()
         if self.items and got < total and session.exitstatus == 0:
             session.exitstatus = 1
+
+    def save_status(self):
+        """.grade/status.json: per lesson, the last full grading of it
+        (make status reads it)."""
+        path = Path(self.status_path)
+        try:
+            status = json.loads(path.read_text())
+        except (OSError, ValueError):
+            status = {}
+        when = time.strftime("%Y-%m-%d %H:%M")
+        for num in sorted({n for n, _, _ in self.items.values()}):
+            got, total = self.subtotal(num)
+            first = next((title for nid, (n, _, title) in self.items.items()
+                          if n == num and not self.outcome.get(
+                              nid, {}).get("passed")), "")
+            status[self.lesson(num).name] = {
+                "got": got, "total": total, "when": when,
+                "src": str(self.src), "first_failing": first}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(status, indent=2) + "\n")
+        except OSError:
+            pass
 
     def pytest_unconfigure(self, config):
         if self.items:

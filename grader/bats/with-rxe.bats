@@ -86,7 +86,7 @@ score_is_full() {
 	cp -r "$COURSE/solutions/04-work-requests" "$BATS_TEST_TMPDIR/bob/"
 	results=/tmp/rdma-course-bats-$$-$RANDOM.json
 	cd /tmp
-	run make -C "$COURSE" --no-print-directory grade LESSON=04 SRC="$BATS_TEST_TMPDIR/bob" RESULTS="$results"
+	run make -C "$COURSE" --no-print-directory grade LESSON=00,04 SRC="$BATS_TEST_TMPDIR/bob" RESULTS="$results"
 	assert_success
 	score_is_full
 	python3 - "$results" "$(tail -n 1 <<<"$output")" <<'PY'

@@ -14,6 +14,9 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 export BATS_LIB_PATH=/usr/lib/bats
+# The course's own tests run make grade on a tree being edited; the refusal
+# to grade with modified grader files has a test of its own (test_hostile.py).
+export ALLOW_MODIFIED_GRADER=1
 PYTHON=${PYTHON:-/usr/bin/python3}
 PYTEST="$PYTHON -m pytest -c grader/pytest.ini --rootdir . grader/selftest"
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -121,8 +122,13 @@ def test_one_line_per_test(full):
         assert line in out
 
 
-def test_failures_explain_themselves(full):
-    out = full[0].stdout
+@pytest.fixture(scope="module")
+def verbose(course):
+    return grade(course, "--verbose-failures")
+
+
+def test_failures_explain_themselves(verbose):
+    out = verbose.stdout
     assert "expected the line: 'hello 43'" in out
     assert "timed out after 1 s and was killed" in out
     assert "crashed with SIGSEGV" in out
@@ -138,6 +144,67 @@ def test_transcripts_are_saved_for_failures_only(full, course):
     text = (t / "test_crash.log").read_text()
     assert "crashed with SIGSEGV" in text and "prog crash" in text
     assert f"transcript: {t / 'test_wrong.log'}" in full[0].stdout
+
+
+def test_only_each_lessons_first_failure_is_shown_in_full(full):
+    out = full[0].stdout.split("== 91-broken")[0]
+    assert "hint: look at the number" in out            # the first failure
+    assert "hint: general hint" not in out              # later ones: one line
+    assert "      expected exit status 0, got: timed out after 1 s and was killed\n" in out
+    assert "      expected exit status 0, got: crashed with SIGSEGV\n" in out
+    assert out.count("transcript: ") == 3               # each still has one
+
+
+def test_a_compile_error_is_shown_once(full):
+    out = full[0].stdout.split("== 91-broken")[1]
+    assert out.count("compile error (reproduce:") == 1
+    assert "not run: does not compile" in out
+
+
+def test_one_test_by_name_or_title(course):
+    res = grade(course, "--test", "hello 43")
+    assert "  prints hello 43 ... FAIL" in res.stdout
+    assert "prints hello 42" not in res.stdout
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 0/2"
+    res = grade(course, "--test", "test_pass")
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/3"
+
+
+def test_an_unknown_test_lists_the_tests(course):
+    res = grade(course, "--test", "no-such-test")
+    assert res.returncode == 4
+    assert "no test matches TEST=no-such-test" in res.stderr
+    assert "  test_wrong: prints hello 43" in res.stderr
+
+
+def test_status_records_each_lesson(course, tmp_path):
+    status = tmp_path / "status.json"
+    grade(course, "--status", str(status))
+    data = json.loads(status.read_text())
+    assert data["90-good"]["got"] == 3 and data["90-good"]["total"] == 8
+    assert data["90-good"]["first_failing"] == "prints hello 43"
+    assert data["91-broken"]["got"] == 0
+
+
+def test_a_hung_program_shortens_the_lessons_later_waits(tmp_path):
+    root = tmp_path / "course"
+    (root / "lessons" / "92-hang").mkdir(parents=True)
+    (root / "lessons" / "common").symlink_to(COURSE / "lessons" / "common")
+    (root / "lessons" / "92-hang" / "lesson.toml").write_text('title = "hangs"\n')
+    (root / "skeletons" / "92-hang").mkdir(parents=True)
+    (root / "skeletons" / "92-hang" / "prog.c").write_text(GOOD_C)
+    (root / "grader" / "lessons").mkdir(parents=True)
+    (root / "grader" / "lessons" / "test_92_hang.py").write_text(
+        "from grader import points\n"
+        + "".join(f"@points(1, 'hang {i}')\ndef test_hang{i}(build):\n"
+                  f"    build.run('prog', 'hang', timeout=20).ok()\n"
+                  for i in range(3)))
+    t0 = time.monotonic()
+    res = grade(root)
+    took = time.monotonic() - t0
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 0/3"
+    assert took < 20 + 2 * 5 + 15, f"{took:.0f} s:\n{res.stdout}"
+    assert "cut to 5 s" in res.stdout
 
 
 def test_a_skipped_test_earns_nothing(full):
