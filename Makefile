@@ -10,6 +10,8 @@
 #   make build LESSON=NN [SRC=DIR]   compile one lesson into build/SRC/NN-topic/
 #   make doctor          can grading run here? one PASS/FAIL line per check
 #   make vm-shell        an interactive shell in the rxe micro-VM
+#   make vm-up           keep a warm micro-VM: later grading starts at once
+#   make vm-down         stop it (it also stops after 15 idle minutes)
 #   make plot LESSON=02  draw a lesson's measurements to a PNG
 #   make bench-vm        micro-VM boot-to-ready time and with-rxe overhead
 #   make bench-grade     wall time of grading all solutions and of make test
@@ -32,7 +34,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: help status grade test build doctor vm-shell plot bench-vm bench-grade deps clean
+.PHONY: help status grade test vm-up vm-down build doctor vm-shell plot bench-vm bench-grade deps clean
 
 comma := ,
 grade:
@@ -62,6 +64,12 @@ doctor:
 
 vm-shell:
 	@vm-setup/microvm/run.sh --shell
+
+vm-up:
+	@vm-setup/microvm/run.sh --up
+
+vm-down:
+	@vm-setup/microvm/run.sh --down
 
 plot:
 	@$(if $(LESSON),,$(error usage: make plot LESSON=NN))

@@ -8,7 +8,7 @@
 2. Compiles the lessons from SRC on the host (grader/build.py): SRC may be any
    readable directory; the micro-VM never needs to see it.
 3. Runs pytest with the grader plugin where an RDMA device exists
-   (vm-setup/with-rxe) with a private output directory shared into the VM;
+   (vm-setup/with-rxe) with a private output directory in build/grade-out/;
    when no lesson asked for needs a device (lesson.toml: device = false),
    right here instead.
 4. When that has ended (the VM is off, no program of the submission is left),
@@ -119,7 +119,11 @@ def main(argv):
     for name in lesson_names(COURSE, src, names):
         compile_lesson(COURSE, src, name)
 
-    out = Path(tempfile.mkdtemp(prefix="rdma-grade."))
+    # Inside the course tree: a warm VM shares it already, and the
+    # sandbox shows it read-only to the submission.
+    outs = COURSE / "build" / "grade-out"
+    outs.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix="rdma-grade.", dir=outs))
     try:
         os.chmod(out, 0o755)
         # Lessons that need no device (lesson.toml: device = false) are
@@ -139,10 +143,7 @@ def main(argv):
             cmd.append(f"--test={args.test}")
         if args.verbose_failures:
             cmd.append("--verbose-failures")
-        env = dict(os.environ)
-        env["RXE_VM_SHARE"] = ":".join(
-            x for x in (env.get("RXE_VM_SHARE", ""), str(out)) if x)
-        rc = subprocess.run(cmd, cwd=COURSE, env=env).returncode
+        rc = subprocess.run(cmd, cwd=COURSE).returncode
         if not (out / "results.json").exists():
             print(f"grader: no results were written (exit {rc}): grading "
                   f"did not run to its end", file=sys.stderr)

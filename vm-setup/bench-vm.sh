@@ -1,7 +1,8 @@
 #!/bin/bash
 # bench-vm.sh (make bench-vm) - how fast the micro-VM is ready.
 #   ready:    kernel start to rxe0 ACTIVE with its RoCE v2 GID (guest uptime)
-#   with-rxe: wall time of one `vm-setup/with-rxe true` (QEMU start to power-off)
+#   with-rxe: wall time of one `vm-setup/with-rxe true` (QEMU start to power-off),
+#             then the same on a warm VM (make vm-up)
 # Median of N runs (default 5). Target: ready <= 4 s under TCG on 2 cores.
 #
 # usage: vm-setup/bench-vm.sh [RUNS]
@@ -16,13 +17,28 @@ median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] 
 ready=() wall=()
 for i in $(seq "$runs"); do
 	t0=$(date +%s%N)
-	r=$(RXE_BACKEND=vm "$here/with-rxe" cat /run/rxe-vm/ready-uptime) || { echo "bench-vm: run $i failed" >&2; exit 1; }
+	r=$(RXE_VM_COLD=1 RXE_BACKEND=vm "$here/with-rxe" cat /run/rxe-vm/ready-uptime) || { echo "bench-vm: run $i failed" >&2; exit 1; }
 	t1=$(date +%s%N)
 	ready+=("$r")
 	wall+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')")
 	printf 'run %d: ready %.2f s, with-rxe %s s\n' "$i" "$r" "${wall[-1]}"
 done
-accel=$( [ -r /dev/kvm ] && [ -w /dev/kvm ] && echo "kvm if its probe passed, else tcg" || echo tcg)
+# The same command on a warm VM (make vm-up), in the same run.
+"$here/microvm/run.sh" --down >/dev/null
+"$here/microvm/run.sh" --up >/dev/null || { echo "bench-vm: the warm VM did not start" >&2; exit 1; }
+warm=()
+for i in $(seq "$runs"); do
+	t0=$(date +%s%N)
+	"$here/with-rxe" true || { echo "bench-vm: warm run $i failed" >&2; exit 1; }
+	t1=$(date +%s%N)
+	warm+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')")
+	printf 'warm run %d: with-rxe %s s\n' "$i" "${warm[-1]}"
+done
+"$here/microvm/run.sh" --down >/dev/null
+accel=$("$here/microvm/run.sh" --accel | sed -n 's/^accel: //p')
+cold_m=$(printf '%s\n' "${wall[@]}" | median)
+warm_m=$(printf '%s\n' "${warm[@]}" | median)
 printf 'micro-VM (%s, %s CPUs, %d runs): ready median %.2f s (target <= 4 s), with-rxe true median %.2f s\n' \
 	"${RXE_VM_ACCEL:-$accel}" "${RXE_VM_SMP:-2}" "$runs" \
-	"$(printf '%s\n' "${ready[@]}" | median)" "$(printf '%s\n' "${wall[@]}" | median)"
+	"$(printf '%s\n' "${ready[@]}" | median)" "$cold_m"
+awk -v c="$cold_m" -v w="$warm_m" 'BEGIN { printf "with-rxe true: cold %.2f s, warm %.2f s, warm/cold %.2f (target < 0.25)\n", c, w, w / c }'

@@ -97,3 +97,44 @@ assert sys.argv[2] == f"Score: {data['score']}/{data['max_score']}", sys.argv[2]
 PY
 	rm -f "$results"
 }
+
+@test "warm VM: make vm-up, then commands run in it at once; vm-down stops it" {
+	cd "$COURSE"
+	run make --no-print-directory vm-up
+	assert_success
+	assert_output --partial "warm VM up"
+	run vm-setup/microvm/warm.sh alive
+	assert_success
+	# In the warm VM the run directory has 'ready'; a cold one has not.
+	run --separate-stderr vm-setup/with-rxe bash -c 'test -e /run/rxe-vm/ready && echo "warm $RDMA_DEVICE"; echo e >&2; exit 5'
+	assert_failure 5
+	assert_output "warm rxe0"
+	[ "$stderr" = e ]
+	# A directory the warm VM does not share: a cold VM runs it.
+	cd "$BATS_TEST_TMPDIR"
+	run "$COURSE/vm-setup/with-rxe" bash -c 'test -e /run/rxe-vm/ready || echo cold'
+	assert_success
+	assert_output cold
+	cd "$COURSE"
+	run make --no-print-directory vm-down
+	assert_output --partial "warm VM stopped"
+	run vm-setup/microvm/warm.sh alive
+	assert_failure
+}
+
+@test "warm VM: a wedged guest is stopped and the command runs on a fresh VM" {
+	cd "$COURSE"
+	vm-setup/microvm/run.sh --up
+	state=$(vm-setup/microvm/warm.sh state)
+	pid=$(cat "$state/qemu.pid")
+	kill -STOP "$pid"
+	sleep 4
+	RXE_VM_WEDGED=3 run vm-setup/with-rxe bash -c 'test -e /run/rxe-vm/ready || echo cold'
+	kill -9 "$pid" 2>/dev/null || true
+	assert_success
+	assert_output --partial "stopped answering"
+	assert_line cold
+	run kill -0 "$pid"
+	assert_failure
+	[ ! -e "$state" ]
+}

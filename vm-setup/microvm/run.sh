@@ -3,10 +3,14 @@
 # output and exit code, power off. Normally reached through vm-setup/with-rxe.
 #
 # usage: run.sh [--shell] [--] CMD [ARG...]
-#        run.sh --accel
+#        run.sh --accel | --up | --down
 #   --shell            an interactive shell in the VM instead of CMD
 #   --accel            say which accelerator a run would use and why (the
 #                      KVM boot probe's verdict), run nothing
+#   --up               start a warm VM for this course tree (make vm-up): later
+#                      commands run in it at once (see warm.sh) until --down
+#                      or RXE_VM_IDLE seconds without a command (default 900)
+#   --down             stop this course tree's warm VM (make vm-down)
 # environment:
 #   RXE_VM_TIMEOUT=S   kill the VM after S seconds (default 1800, none for
 #                      --shell); exit 124
@@ -17,6 +21,7 @@
 #                      latter is /, /tmp or another of the guest's own)
 #   RXE_VM_VERBOSE=1   keep the guest's console log (kernel messages and boot
 #                      timings) in the run directory, whose path is printed
+#   RXE_VM_COLD=1      never use the warm VM
 #   RXE_VM_CACHE, RXE_VM_KERNEL_DEB: see build.sh
 set -uo pipefail
 
@@ -26,6 +31,7 @@ cache=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-course/microvm}
 timeout=${RXE_VM_TIMEOUT:-}
 interactive=0
 probe_only=0
+serve=0
 
 die() {
 	echo "rxe-vm: $*" >&2
@@ -36,25 +42,48 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	--shell) interactive=1 ;;
 	--accel) probe_only=1 ;;
+	--up) serve=1 ;;
+	--down) exec "$here/warm.sh" down ;;
 	--) shift; break ;;
-	-h | --help) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	-*) die "unknown option '$1' (see: $0 --help)" 2 ;;
 	*) break ;;
 	esac
 	shift
 done
-[ $interactive = 1 ] || [ $probe_only = 1 ] || [ $# -gt 0 ] || die "no command given (usage: run.sh [--shell] [--] CMD [ARG...])" 2
+[ $interactive = 1 ] || [ $probe_only = 1 ] || [ $serve = 1 ] || [ $# -gt 0 ] || die "no command given (usage: run.sh [--shell] [--] CMD [ARG...])" 2
 # A command is killed after 30 minutes; a shell lives until you leave it.
 [ -n "$timeout" ] || { [ $interactive = 1 ] && timeout=999999999 || timeout=1800; }
 case "$timeout" in '' | *[!0-9]*) die "RXE_VM_TIMEOUT must be a number of seconds, got '$timeout'" 2 ;; esac
+
+# A warm VM of this course tree runs the command at once if it can; it
+# answers 200 when it cannot (none, busy, or not sharing what CMD needs).
+if [ $interactive = 0 ] && [ $probe_only = 0 ] && [ $serve = 0 ] && [ "${RXE_VM_COLD:-0}" != 1 ]; then
+	"$here/warm.sh" job "$@"
+	rc=$?
+	[ $rc = 200 ] || exit $rc
+fi
+if [ $serve = 1 ] && "$here/warm.sh" alive; then
+	echo "rxe-vm: a warm VM is already up for $course (make vm-down stops it)"
+	exit 0
+fi
 
 qemu=$(command -v qemu-system-x86_64) ||
 	die "qemu-system-x86_64 is missing (run: sudo vm-setup/install-deps.sh)"
 entry=$("$here/build.sh") || die "cannot prepare the micro-VM kernel (see above)"
 
-run=$(mktemp -d "${TMPDIR:-/tmp}/rxe-vm.XXXXXX") || die "mktemp failed"
+if [ $serve = 1 ]; then
+	state=$("$here/warm.sh" state)
+	rm -rf "$state"
+	mkdir -p "$state/run" || die "cannot make $state"
+	run=$state/run
+	timeout=999999999
+else
+	run=$(mktemp -d "${TMPDIR:-/tmp}/rxe-vm.XXXXXX") || die "mktemp failed"
+fi
 qpid='' keep=0
 cleanup() {
+	[ $serve = 1 ] && return
 	[ -n "$qpid" ] && kill -9 "$qpid" 2>/dev/null
 	if [ $keep = 1 ]; then
 		rm -f "$run/env.sh"
@@ -99,8 +128,9 @@ printf "SHARES='%s'\nCOURSE_DIR='%s'\n" "$tags" "$(cd "$course" && pwd -P)" >"$r
 verbose=${RXE_VM_VERBOSE:-0}
 [ "$verbose" = 1 ] && keep=1
 {
-	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\nVERBOSE=%s\n' \
-		"$(cd "$course" && pwd -P)" "$(pwd -P)" "$interactive" "$verbose"
+	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\nVERBOSE=%s\nSERVE=%s\nIDLE=%s\n' \
+		"$(cd "$course" && pwd -P)" "$(pwd -P)" "$interactive" "$verbose" \
+		"$serve" "${RXE_VM_IDLE:-900}"
 	printf 'CMD=('
 	printf '%q ' "$@"
 	printf ')\n'
@@ -175,6 +205,29 @@ if [ $interactive = 1 ]; then
 	console=(-serial mon:stdio)
 else
 	console=(-serial "file:$run/console.log")
+fi
+
+if [ $serve = 1 ]; then
+	printf '%s\n' "${shares[@]}" >"$state/shares"
+	setsid "$qemu" "${accel[@]}" -m "${RXE_VM_MEM:-2G}" -smp "${RXE_VM_SMP:-2}" \
+		-nodefaults -no-user-config -display none -no-reboot \
+		-kernel "$kernel" -initrd "$entry/initrd.cpio" -append "$append" \
+		-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
+		-virtfs "local,path=$run,mount_tag=run,security_model=none,multidevs=remap" \
+		"${virtfs[@]}" -serial "file:$state/console.log" \
+		-serial null -serial null </dev/null >/dev/null 2>"$state/qemu.err" &
+	echo $! >"$state/qemu.pid"
+	for _ in $(seq 600); do
+		[ -e "$run/ready" ] && break
+		kill -0 "$(cat "$state/qemu.pid")" 2>/dev/null || break
+		sleep 0.1
+	done
+	if [ ! -e "$run/ready" ]; then
+		"$here/warm.sh" down >/dev/null
+		die "the warm VM did not come up (see $state/console.log)"
+	fi
+	echo "rxe-vm: warm VM up (pid $(cat "$state/qemu.pid")); commands run in it until 'make vm-down' or ${RXE_VM_IDLE:-900} s idle"
+	exit 0
 fi
 
 # The guest's ttyS1/ttyS2 reach our stdout/stderr through FIFOs that cat

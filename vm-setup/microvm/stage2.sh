@@ -47,6 +47,49 @@ mark "rxe0 ready"
 export RDMA_BACKEND=vm RDMA_DEVICE=$dev RDMA_GID_INDEX=$gid RDMA_IP=$ip RDMA_NETDEV=$netdev
 cd "$CWD" || fail "cannot cd to $CWD"
 
+# A warm VM (run.sh --up) serves commands from $RUN/jobs/ID/ (warm.sh is the
+# other side): spec.sh and env.sh, then "go"; it writes stdout, stderr and,
+# last, rc. "kill" in the job directory ends the command's session. Between
+# commands nothing of the last one is left: its session is killed, the
+# sandbox's user has no process, /tmp is emptied.
+serve_job() {
+	local j=$1 pid rc
+	: >"$j/started"
+	setsid bash -c '. "$1/env.sh"; . "$1/spec.sh"
+		export RDMA_BACKEND=vm RDMA_DEVICE='"$dev"' RDMA_GID_INDEX='"$gid"' RDMA_IP='"$ip"' RDMA_NETDEV='"$netdev"'
+		cd "$CWD" && exec "${CMD[@]}"' job "$j" </dev/null >"$j/stdout" 2>"$j/stderr" &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		[ -e "$j/kill" ] && kill -9 -- "-$pid" 2>/dev/null
+		$BB sleep 0.05
+	done
+	wait "$pid"
+	rc=$?
+	kill -9 -- "-$pid" 2>/dev/null
+	pkill -9 -U 64000 2>/dev/null
+	find /tmp -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null
+	echo "$rc" >"$j/rc.new" && $BB mv "$j/rc.new" "$j/rc"
+}
+if [ "${SERVE:-0}" = 1 ]; then
+	cd /
+	mkdir -p "$RUN/jobs"
+	# The host takes a guest whose heartbeat stops for wedged.
+	(while :; do : >"$RUN/heartbeat"; $BB sleep 1; done) &
+	: >"$RUN/ready"
+	idle=0
+	while [ $idle -lt $((IDLE * 20)) ]; do
+		for go in "$RUN"/jobs/*/go; do
+			[ -e "$go" ] || continue
+			rm -f "$go"
+			serve_job "${go%/go}"
+			idle=0
+		done
+		idle=$((idle + 1))
+		$BB sleep 0.05
+	done
+	poweroff_now
+fi
+
 if [ "$INTERACTIVE" = 1 ]; then
 	$BB stty -F /dev/ttyS0 sane
 	echo "rxe-vm: $RDMA_DEVICE is ACTIVE, GID index $RDMA_GID_INDEX, IP $RDMA_IP. Leave with 'exit'."

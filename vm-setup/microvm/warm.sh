@@ -1,0 +1,127 @@
+#!/bin/bash
+# microvm/warm.sh - the host side of a warm micro-VM (run.sh --up): one per
+# course tree, kept in the cache under warm/KEY/ (KEY: the tree's path).
+#
+# usage: warm.sh job CMD [ARG...]   run CMD in the warm VM, stream its stdout
+#                                   and stderr, exit with its status; exit 200
+#                                   (before anything ran) when it cannot:
+#                                   none up, busy, wedged (then stopped), or
+#                                   CMD needs a directory it does not share
+#        warm.sh alive              exit 0 when this tree's warm VM is up
+#        warm.sh down               stop it
+#        warm.sh state              print its state directory
+# RXE_VM_TIMEOUT applies as in run.sh (exit 124, the command killed).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+course=$(cd "$here/../.." && pwd -P)
+cache=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-course/microvm}
+state="$cache/warm/$(printf '%s' "$course" | sha256sum | cut -c1-16)"
+run=$state/run
+
+# alive - 0: up; 1: none; 2: wedged (QEMU there, no heartbeat for
+# RXE_VM_WEDGED seconds, default 10).
+alive() {
+	local pid
+	pid=$(cat "$state/qemu.pid" 2>/dev/null) || return 1
+	kill -0 "$pid" 2>/dev/null || return 1
+	[ -e "$run/ready" ] || return 1
+	[ -n "$(find "$run/heartbeat" -newermt "-${RXE_VM_WEDGED:-10} seconds" 2>/dev/null)" ] || return 2
+}
+
+down() {
+	local pid
+	pid=$(cat "$state/qemu.pid" 2>/dev/null) && kill -9 "$pid" 2>/dev/null
+	rm -rf "$state"
+}
+
+# covered DIR - is DIR inside one of the warm VM's shares?
+covered() {
+	local d s
+	d=$(cd "$1" 2>/dev/null && pwd -P) || return 1
+	case "$d" in / | /tmp | /var/tmp | /run | /dev | /dev/shm | /proc | /sys) return 0 ;; esac
+	while read -r s; do
+		case "$d/" in "$s"/*) return 0 ;; esac
+	done <"$state/shares"
+	return 1
+}
+
+job() {
+	local id j pid timeout deadline rc
+	alive
+	case $? in
+	0) ;;
+	2)
+		echo "rxe-vm: the warm VM stopped answering; stopping it and booting a fresh VM" >&2
+		down
+		return 200 ;;
+	*) return 200 ;;
+	esac
+	covered "$PWD" || return 200
+	IFS=: read -ra extra <<<"${RXE_VM_SHARE:-}"
+	for d in "${extra[@]}"; do
+		[ -z "$d" ] || covered "$d" || return 200
+	done
+	# One command at a time; another caller boots a cold VM instead.
+	exec 8>"$state/lock"
+	flock -n 8 || return 200
+	timeout=${RXE_VM_TIMEOUT:-1800}
+	id="$$-$RANDOM"
+	j=$run/jobs/$id
+	mkdir -p "$j" || return 200
+	{
+		printf 'CWD=%q\nCMD=(' "$(pwd -P)"
+		printf '%q ' "$@"
+		printf ')\n'
+	} >"$j/spec.sh"
+	export -p | grep -Ev '^declare -x (BASH_[A-Z_]*|HOSTNAME|OLDPWD|PWD|SHLVL|TMPDIR|_|DISPLAY|XAUTHORITY|SSH_[A-Z_]*|DBUS_[A-Z_]*)(=|$)' >"$j/env.sh"
+	: >"$j/stdout"
+	: >"$j/stderr"
+	: >"$j/go"
+	# Taken within 5 s, or the guest is wedged: stop it, boot cold.
+	for _ in $(seq 100); do
+		[ -e "$j/started" ] && break
+		sleep 0.05
+	done
+	if [ ! -e "$j/started" ]; then
+		echo "rxe-vm: the warm VM did not take the command within 5 s; stopping it and booting a fresh VM" >&2
+		down
+		return 200
+	fi
+	sleep 1000000 &
+	pid=$!
+	tail -q -s 0.05 -n +1 -f --pid="$pid" "$j/stdout" &
+	local t_out=$!
+	tail -q -s 0.05 -n +1 -f --pid="$pid" "$j/stderr" >&2 &
+	local t_err=$!
+	deadline=$((SECONDS + timeout))
+	rc=''
+	while [ -z "$rc" ]; do
+		if [ -e "$j/rc" ]; then
+			rc=$(cat "$j/rc")
+		elif ! alive; then
+			rc=125
+			echo "rxe-vm: the warm VM stopped before the command finished" >&2
+		elif [ "$SECONDS" -ge "$deadline" ]; then
+			: >"$j/kill"
+			for _ in $(seq 100); do [ -e "$j/rc" ] && break; sleep 0.05; done
+			rc=124
+			echo "rxe-vm: the command did not finish within ${timeout} s; it was killed" >&2
+			echo "rxe-vm: command: $*" >&2
+		else
+			sleep 0.05
+		fi
+	done
+	kill "$pid" 2>/dev/null
+	wait "$t_out" "$t_err" 2>/dev/null
+	rm -rf "$j"
+	return "$rc"
+}
+
+case "${1:-}" in
+job) shift; job "$@" ;;
+alive) alive ;;
+down)
+	if alive; then down; echo "rxe-vm: warm VM stopped"; else down; echo "rxe-vm: no warm VM was up"; fi ;;
+state) echo "$state" ;;
+*) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 2 ;;
+esac
