@@ -194,7 +194,7 @@ static int to_init(struct qp_ctx *ctx, struct endpoint *ep)
  *   dest_qp_num         remote_qpn
  *   rq_psn              START_PSN (the first packet number the peer sends)
  *   max_dest_rd_atomic  1
- *   min_rnr_timer       12
+ *   min_rnr_timer       COURSE_QP_MIN_RNR_TIMER (course.h: 12, 0.64 ms)
  *   ah_attr             how to reach the peer: RoCE needs a global route
  *                       header, so is_global 1, grh.dgid @remote_gid,
  *                       grh.sgid_index ctx->gid_index, grh.hop_limit 1,
@@ -215,7 +215,7 @@ static int to_rtr(struct qp_ctx *ctx, struct endpoint *ep,
 		.dest_qp_num = remote_qpn,
 		.rq_psn = START_PSN,
 		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 12,
+		.min_rnr_timer = COURSE_QP_MIN_RNR_TIMER,
 		.ah_attr = {
 			.is_global = 1,
 			.grh = {
@@ -241,9 +241,10 @@ static int to_rtr(struct qp_ctx *ctx, struct endpoint *ep,
 /*
  * to_rts - move @ep's QP from RTR to RTS (ready to send):
  *   qp_state       IBV_QPS_RTS
- *   timeout        14 (ACK timeout: 4.096 us * 2^14, about 67 ms)
- *   retry_cnt      7
- *   rnr_retry      7
+ *   timeout        COURSE_QP_TIMEOUT (course.h: 14, ACK timeout
+ *                  4.096 us * 2^14, about 67 ms)
+ *   retry_cnt      COURSE_QP_RETRY_CNT (6: rxe reads 7 as "forever")
+ *   rnr_retry      COURSE_QP_RNR_RETRY (3)
  *   sq_psn         START_PSN (our first packet number)
  *   max_rd_atomic  1
  * with the matching attr_mask bits (IBV_QP_STATE, IBV_QP_TIMEOUT,
@@ -257,9 +258,9 @@ static int to_rts(struct endpoint *ep)
 	 * man ibv_modify_qp */
 	struct ibv_qp_attr attr = {
 		.qp_state = IBV_QPS_RTS,
-		.timeout = 14,
-		.retry_cnt = 7,
-		.rnr_retry = 7,
+		.timeout = COURSE_QP_TIMEOUT,
+		.retry_cnt = COURSE_QP_RETRY_CNT,
+		.rnr_retry = COURSE_QP_RNR_RETRY,
 		.sq_psn = START_PSN,
 		.max_rd_atomic = 1,
 	};

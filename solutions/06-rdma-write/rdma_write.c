@@ -511,7 +511,7 @@ int main(int argc, char **argv)
 	course_default_opts(&o);
 	course_parse_opts(argc, argv,
 			  OPT_DEVICE | OPT_IB_PORT | OPT_GID_INDEX | OPT_PORT |
-			  OPT_SIZE | OPT_TIMEOUT | OPT_SERVER,
+			  OPT_SIZE | OPT_TIMEOUT | OPT_HOST,
 			  USAGE, &o);
 	srand48(getpid() ^ course_now_ns());
 

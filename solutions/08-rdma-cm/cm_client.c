@@ -434,7 +434,7 @@ int main(int argc, char **argv)
 	corrupt = take_flag(&argc, argv, "--corrupt");
 	course_parse_opts(argc, argv,
 			  OPT_PORT | OPT_SIZE | OPT_ITERS | OPT_TIMEOUT |
-				  OPT_SERVER,
+				  OPT_HOST,
 			  usage, &o);
 	if (!o.host) {
 		fprintf(stderr, "%s: missing HOST (the server's IP address)\n",
