@@ -231,7 +231,8 @@ struct ibv_context *course_open_device(const char *name)
 
 	list = ibv_get_device_list(&num);
 	if (!list) {
-		perror("ibv_get_device_list");
+		fprintf(stderr, "ibv_get_device_list failed: %s\n",
+			strerror(errno));
 		return NULL;
 	}
 	if (num == 0) {
@@ -343,7 +344,7 @@ int course_oob_accept(int port, int timeout)
 
 	lfd = socket(AF_INET6, SOCK_STREAM, 0);
 	if (lfd < 0) {
-		perror("socket");
+		fprintf(stderr, "socket failed: %s\n", strerror(errno));
 		return -1;
 	}
 	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -364,7 +365,7 @@ int course_oob_accept(int port, int timeout)
 	}
 	fd = accept(lfd, NULL, NULL);
 	if (fd < 0)
-		perror("accept");
+		fprintf(stderr, "accept failed: %s\n", strerror(errno));
 
 out_close_listener:
 	close(lfd);

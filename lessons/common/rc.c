@@ -36,7 +36,7 @@ struct rc_ctx *rc_open(const struct course_opts *o, const struct rc_params *p)
 
 	rc = calloc(1, sizeof(*rc));
 	if (!rc) {
-		perror("calloc");
+		fprintf(stderr, "calloc failed: %s\n", strerror(errno));
 		return NULL;
 	}
 	rc->params = *p;

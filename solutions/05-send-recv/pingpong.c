@@ -20,9 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define USAGE                                                          \
-	"[-d DEV] [-i IB_PORT] [-g GID_INDEX] [-p PORT] [-n ITERS] "   \
-	"[-s SIZE] [-t SECS] [HOST]"
+static const char usage[] =
+	"[-d DEV] [-i IB_PORT] [-g GID_INDEX] [-p PORT] [-n ITERS] "
+	"[-s SIZE] [-t SECS] [HOST]";
 
 /* The wr_id of our two kinds of work request, to tell completions apart. */
 enum {
@@ -109,7 +109,7 @@ static struct pp_ctx *init_ctx(const struct course_opts *o)
 
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx) {
-		perror("calloc");
+		fprintf(stderr, "calloc failed: %s\n", strerror(errno));
 		return NULL;
 	}
 	ctx->size = o->size;
@@ -522,7 +522,7 @@ int main(int argc, char **argv)
 	course_parse_opts(argc, argv,
 			  OPT_DEVICE | OPT_IB_PORT | OPT_GID_INDEX | OPT_PORT |
 			  OPT_ITERS | OPT_SIZE | OPT_TIMEOUT | OPT_HOST,
-			  USAGE, &o);
+			  usage, &o);
 	srand48(getpid() ^ course_now_ns());
 
 	ctx = init_ctx(&o);

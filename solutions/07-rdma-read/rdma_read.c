@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define USAGE                                                         \
-	"[-d DEV] [-i IB_PORT] [-g GID_INDEX] [-p PORT] [-s SIZE] "   \
-	"[-t SECS] [HOST]"
+static const char usage[] =
+	"[-d DEV] [-i IB_PORT] [-g GID_INDEX] [-p PORT] [-s SIZE] "
+	"[-t SECS] [HOST]";
 
 enum {
 	WRID_READ = 1, /* the client's RDMA READ */
@@ -207,7 +207,7 @@ int main(int argc, char **argv)
 	course_parse_opts(argc, argv,
 			  OPT_DEVICE | OPT_IB_PORT | OPT_GID_INDEX | OPT_PORT |
 			  OPT_SIZE | OPT_TIMEOUT | OPT_HOST,
-			  USAGE, &o);
+			  usage, &o);
 	ctx.size = o.size;
 	ctx.is_server = !o.host;
 
