@@ -55,9 +55,9 @@ static const struct rc_params params = {
 };
 
 /*
- * Allocate the buffer (server: zeroed, client: the pattern) and
- * what it must hold, and register the buffer in ctx->rc->pd. Returns 0, or
- * -1 (message printed); close_buf() undoes what was done either way.
+ * Allocate the buffer (server: zeroed, client: the pattern) and what it
+ * must hold, and register the buffer in ctx->rc->pd. Returns 0, or -1
+ * (message printed); close_buf() undoes what was done either way.
  */
 static int init_buf(struct wr_ctx *ctx)
 {
