@@ -6,9 +6,10 @@
  * calls (argument parsing, the out-of-band TCP exchange, timing, bounded
  * polling) so that a lesson's skeleton contains only what it teaches.
  *
- * Conventions for every lesson program:
+ * Conventions for every lesson program (lessons/README.md has them all):
  *   exit 0  success
- *   exit 1  a call failed at run time (one line on stderr names it)
+ *   exit 1  a call failed at run time (one line on stderr names it:
+ *           "CALL failed: STRERROR")
  *   exit 2  bad command line (usage on stderr)
  */
 #ifndef RDMA_COURSE_H
