@@ -7,6 +7,7 @@
 #   make status          where you stand: one line per lesson from the last grading
 #   make help            this list
 #   make test            the course's own tests (grader, scripts, self-check)
+#   make lint            shellcheck + clang-format (make test runs it too)
 #   make build LESSON=NN [SRC=DIR]   compile one lesson into build/SRC/NN-topic/
 #   make doctor          can grading run here? one PASS/FAIL line per check
 #   make vm-shell        an interactive shell in the rxe micro-VM
@@ -34,7 +35,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: help status grade test vm-up vm-down build doctor vm-shell plot bench-vm bench-grade deps clean
+.PHONY: help status grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade deps clean
 
 comma := ,
 grade:
@@ -52,6 +53,9 @@ status:
 
 test:
 	@grader/selftest/run-all.sh
+
+lint:
+	@grader/lint.sh
 
 build:
 	@$(if $(LESSON),,$(error usage: make build LESSON=NN [SRC=DIR]))

@@ -165,6 +165,11 @@ class Build:
         return harness.run(cmd, timeout=self._timeout(timeout), input=input,
                            env=env, cwd=self.course)
 
+    def command(self, prog, *args):
+        """The command line that runs @prog with @args, as a student would
+        type it: for failure messages ('reproduce: ...')."""
+        return " ".join([str(self.path(prog)), *map(str, args)])
+
 
 # ---- the plugin ---------------------------------------------------------------
 

@@ -10,7 +10,7 @@ setup() {
 @test "ibv_devices lists the device" {
 	run ibv_devices
 	assert_success
-	assert_output --regexp "$RDMA_DEVICE[[:space:]]+[0-9a-f]{16}"
+	assert_output --regexp "${RDMA_DEVICE}[[:space:]]+[0-9a-f]{16}"
 }
 
 # Servers print nothing before a client connects, so the client may come too
@@ -18,7 +18,7 @@ setup() {
 @test "ibv_rc_pingpong: 50 round trips over RC" {
 	timeout 60 ibv_rc_pingpong -d "$RDMA_DEVICE" -g "$RDMA_GID_INDEX" -n 50 -p 18601 >"$BATS_TEST_TMPDIR/server" 2>&1 &
 	srv=$!
-	for try in 1 2 3 4 5; do
+	for _ in 1 2 3 4 5; do
 		sleep 0.5
 		run timeout 60 ibv_rc_pingpong -d "$RDMA_DEVICE" -g "$RDMA_GID_INDEX" -n 50 -p 18601 127.0.0.1
 		[ "$status" = 0 ] && break
@@ -33,7 +33,7 @@ setup() {
 @test "rping -C 3 over rdma_cm on RDMA_IP" {
 	timeout 30 rping -s -a "$RDMA_IP" -p 18602 -C 3 >"$BATS_TEST_TMPDIR/server" 2>&1 &
 	srv=$!
-	for try in 1 2 3 4 5; do
+	for _ in 1 2 3 4 5; do
 		sleep 0.5
 		run timeout 30 rping -c -a "$RDMA_IP" -p 18602 -C 3 -v
 		[ "$status" = 0 ] && break

@@ -69,7 +69,8 @@ setup() {
 	RXE_VM_CACHE=$cache RXE_VM_KERNEL_DEB=/nonexistent/linux-image.deb run "$COURSE/vm-setup/microvm/build.sh"
 	assert_failure 1
 	assert_output --partial "kernel package '/nonexistent/linux-image.deb' does not exist"
-	! ls -d "$cache"/vm-* 2>/dev/null
+	run ls -d "$cache"/vm-*
+	assert_failure
 	run find "$cache" -mindepth 1 ! -name .lock
 	assert_output ""
 }

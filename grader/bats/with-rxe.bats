@@ -21,6 +21,7 @@ setup() {
 		'echo "out $RDMA_BACKEND $RDMA_DEVICE $RDMA_GID_INDEX $RDMA_IP"; echo "err line" >&2; echo kept >written.txt; exit 7'
 	assert_failure 7
 	assert_output "out vm rxe0 1 192.0.2.1"
+	# shellcheck disable=SC2154 # run --separate-stderr sets $stderr
 	[ "$stderr" = "err line" ]
 	[ "$(cat written.txt)" = kept ]
 }

@@ -22,27 +22,23 @@ COST_HEADER = "size_bytes,reg_us,dereg_us"
 COST_ARGS = ("--max-size", "32M", "-n", "5")
 
 
-def _cmd(build, prog, *args, wrap=()):
-    return " ".join([*wrap, str(build.path(prog)), *args])
-
-
 def _mr_line(build, res, *args):
     return expect_match(res.stdout, MR_RE,
-                        f"stdout of '{_cmd(build, 'reg_mr', *args)}'")
+                        f"stdout of '{build.command('reg_mr', *args)}'")
 
 
 @points(2, "reg_mr registers: length and access as asked")
 def test_reg_mr(build, rdma):
     args = ("-s", "8192")
-    res = build.run("reg_mr", *args).ok(_cmd(build, "reg_mr", *args))
+    res = build.run("reg_mr", *args).ok(build.command("reg_mr", *args))
     m = _mr_line(build, res, *args)
     expect(int(m.group(2)), 8192, "length of the MR")
     expect(m.group(5), "local_write", "access (the default)")
     args = ("-s", "4096", "--access", "remote_read,local_write,remote_write")
-    res = build.run("reg_mr", *args).ok(_cmd(build, "reg_mr", *args))
+    res = build.run("reg_mr", *args).ok(build.command("reg_mr", *args))
     m = _mr_line(build, res, *args)
     expect(m.group(5), "local_write,remote_write,remote_read",
-           f"access printed by '{_cmd(build, 'reg_mr', *args)}'")
+           f"access printed by '{build.command('reg_mr', *args)}'")
 
 
 @points(3, "lkey, rkey and length are the kernel's (rdma resource show mr)")
@@ -59,7 +55,7 @@ def test_keys_are_real(build, rdma):
         if len(mine) != 1:
             raise GradeFailure(
                 f"'rdma resource show mr' lists {len(mine)} MRs of "
-                f"'{_cmd(build, 'reg_mr', *args)}' (pid {proc.proc.pid}) "
+                f"'{build.command('reg_mr', *args)}' (pid {proc.proc.pid}) "
                 f"while it holds its region; expected 1\n{res.stdout}")
         mr = mine[0]
         expect(int(m.group(2)), mr.get("mrlen"), "length printed vs mrlen")
@@ -77,11 +73,11 @@ def test_keys_are_real(build, rdma):
 def test_remote_write_needs_local_write(build, rdma):
     for access in ("remote_write", "remote_read,remote_atomic"):
         args = ("--access", access)
-        res = build.run("reg_mr", *args).fails(1, _cmd(build, "reg_mr", *args))
+        res = build.run("reg_mr", *args).fails(1, build.command("reg_mr", *args))
         expect_match(res.stderr,
-                     rf"^reg_mr: ibv_reg_mr\(4096 bytes, access {access}\) "
+                     rf"^ibv_reg_mr\(4096 bytes, access {access}\) "
                      r"failed: Invalid argument \(EINVAL\): .*local_write",
-                     f"stderr of '{_cmd(build, 'reg_mr', *args)}' (the hint "
+                     f"stderr of '{build.command('reg_mr', *args)}' (the hint "
                      f"must name local_write)")
 
 
@@ -100,17 +96,19 @@ def _limited(build, limit_kib):
 def test_memlock_limit(build, rdma):
     wrap = _limited(build, 64)
     small = ("-s", "16K")
+    small_cmd = " ".join([*wrap, build.command("reg_mr", *small)])
     res = build.run("reg_mr", *small, wrap=wrap)
     res.ok(f"under a 64 KiB memlock limit, 16 KiB must still register: "
-           f"{_cmd(build, 'reg_mr', *small, wrap=wrap)}")
+           f"{small_cmd}")
     big = ("-s", "1M")
+    big_cmd = " ".join([*wrap, build.command("reg_mr", *big)])
     res = build.run("reg_mr", *big, wrap=wrap)
-    res.fails(1, _cmd(build, "reg_mr", *big, wrap=wrap))
+    res.fails(1, big_cmd)
     expect_match(res.stderr,
-                 r"^reg_mr: ibv_reg_mr\(1048576 bytes, access local_write\) "
+                 r"^ibv_reg_mr\(1048576 bytes, access local_write\) "
                  r"failed: Cannot allocate memory \(ENOMEM\): .*ulimit -l",
-                 f"stderr of '{_cmd(build, 'reg_mr', *big, wrap=wrap)}' (the "
-                 f"hint must name the limit and 'ulimit -l')")
+                 f"stderr of '{big_cmd}' (the hint must name the limit and "
+                 f"'ulimit -l')")
 
 
 @points(2, "reg_mr releases the MR and the PD (LeakSanitizer)")
@@ -118,7 +116,7 @@ def test_reg_mr_releases(build, rdma):
     wrap, env, how = leak_checker()
     args = ("-s", "64K")
     res = build.run("reg_mr", *args, wrap=wrap, env=env, timeout=120)
-    cmd = f"{how} {_cmd(build, 'reg_mr', *args)}"
+    cmd = f"{how} {build.command('reg_mr', *args)}"
     if res.returncode == 23:
         raise GradeFailure("memory leaked: every ibv_reg_mr() needs an "
                            "ibv_dereg_mr(), every ibv_alloc_pd() an "
@@ -134,7 +132,7 @@ def _reg_cost(build):
 
 
 def _rows(build):
-    cmd = _cmd(build, "reg_cost", *COST_ARGS)
+    cmd = build.command("reg_cost", *COST_ARGS)
     res = _reg_cost(build).ok(cmd)
     lines = [x.strip() for x in res.stdout.strip().splitlines()]
     expect(lines[0] if lines else "(no output)", COST_HEADER,
@@ -186,9 +184,9 @@ def test_usage(build):
     for prog, args in (("reg_mr", ["--bogus"]), ("reg_mr", ["--access", "rw"]),
                        ("reg_mr", ["--access"]), ("reg_cost", ["--bogus"]),
                        ("reg_cost", ["--max-size", "1K"])):
-        res = build.run(prog, *args).fails(2, _cmd(build, prog, *args))
+        res = build.run(prog, *args).fails(2, build.command(prog, *args))
         expect_match(res.stderr, r"^usage: ",
-                     f"stderr of '{_cmd(build, prog, *args)}' should have a "
+                     f"stderr of '{build.command(prog, *args)}' should have a "
                      f"usage line")
 
 
@@ -196,6 +194,6 @@ def test_usage(build):
 def test_bad_device(build, rdma):
     for prog in ("reg_mr", "reg_cost"):
         res = build.run(prog, "-d", NO_SUCH).fails(
-            1, _cmd(build, prog, "-d", NO_SUCH))
+            1, build.command(prog, "-d", NO_SUCH))
         expect_match(res.stderr, rf"{NO_SUCH}.*not found",
-                     f"stderr of '{_cmd(build, prog, '-d', NO_SUCH)}'")
+                     f"stderr of '{build.command(prog, '-d', NO_SUCH)}'")

@@ -36,7 +36,8 @@ import time
 import pytest
 
 from grader import GradeFailure, expect, expect_line, expect_match, points
-from grader.peer import FakePeer, clean_failure, free_port, host, pair
+from grader import peer
+from grader.peer import clean_failure, host, pair
 
 PROG = "pingpong"
 ITERS = 50
@@ -44,46 +45,40 @@ SIZE = 1500          # two packets at MTU 1024: messages span packets
 T = "10"             # --timeout of normal runs (the VM can be slow)
 
 
-def _cmd(build, *args):
-    return " ".join([str(build.path(PROG)), *map(str, args)])
+
+ARGS = ["-n", ITERS, "-s", SIZE, "-t", T]       # both sides of main_run
 
 
 @pytest.fixture(scope="module")
 def main_run(build, rdma):
-    """The ping-pong the first tests look at, run once: (server, client,
-    counter deltas, the arguments both were given)."""
-    args = ["-n", ITERS, "-s", SIZE, "-t", T]
-    return pair(build, rdma, PROG, args, args) + (args,)
+    """The ping-pong the first tests look at, run once: a peer.Pair."""
+    return pair(build, rdma, PROG, ARGS, ARGS)
 
 
 # ---- the ping-pong -----------------------------------------------------------
 
 @points(5, "ping-pong: N round trips, both sides exit 0")
 def test_pingpong(build, rdma, main_run):
-    srv, cli, _, args = main_run
-    srv.ok("server: " + _cmd(build, "--port", "0", *args))
-    cli.ok("client: " + _cmd(build, "--port", "PORT", *args, host(rdma)))
-    for who, res in (("server", srv), ("client", cli)):
+    peer.both_ok(build, rdma, PROG, main_run, ARGS)
+    for who, res in (("server", main_run.server), ("client", main_run.client)):
         expect_line(res.stdout, "connected", f"{who} stdout")
 
 
 @points(3, "the server checked every ping")
 def test_server_verifies(main_run):
-    srv, _, _, _ = main_run
-    expect_line(srv.stdout, f"verified {ITERS} messages of {SIZE} bytes",
+    expect_line(main_run.server.stdout, f"verified {ITERS} messages of {SIZE} bytes",
                 "server stdout")
 
 
 @points(3, "the client checked every pong")
 def test_client_verifies(main_run):
-    _, cli, _, _ = main_run
-    expect_line(cli.stdout, f"verified {ITERS} messages of {SIZE} bytes",
+    expect_line(main_run.client.stdout, f"verified {ITERS} messages of {SIZE} bytes",
                 "client stdout")
 
 
 @points(2, "the client prints the average round-trip time")
 def test_rtt(main_run):
-    _, cli, _, _ = main_run
+    cli = main_run.client
     m = expect_match(cli.stdout,
                      r"^average rtt: ([0-9.]+) us \((\d+) round trips of "
                      r"(\d+) bytes\)$", "client stdout")
@@ -97,7 +92,7 @@ def test_rtt(main_run):
 
 @points(4, "rxe counters: 2N SENDs and 2N RECVs went through the device")
 def test_counters(main_run):
-    _, _, delta, _ = main_run
+    delta = main_run.delta
     names = ["rdma_sends", "rdma_recvs", "sent_pkts", "rcvd_pkts"]
     for name in ("rdma_sends", "rdma_recvs"):
         got = delta.get(name, 0)
@@ -132,46 +127,28 @@ def test_peer_killed(build, rdma):
 
 @points(2, "peer's QP gone: the SEND fails with the completion status as text")
 def test_qp_gone(build, rdma):
-    peer = FakePeer(rdma, length=64)
-    port = peer.listen()
-    with build.start(PROG, "--port", port, "-n", "5", "-s", "64", "-t", "10",
-                     host(rdma), ready=None) as client:
-        sock = peer.accept(client)
-        try:
-            peer.handshake(sock)
-            res = client.wait(timeout=40)
-        finally:
-            sock.close()
-    clean_failure(res, "client connected to a QP that does not exist", 30)
-    expect_match(res.stderr, r"completion error: transport retry counter "
-                 r"exceeded", "client stderr (course_report_wc's line)")
+    peer.qp_gone(build, rdma, PROG, ["-n", "5", "-s", "64", "-t", "10"],
+                 "client connected to a QP that does not exist", length=64)
 
 
 @points(1, "no server: 'cannot connect', exit 1")
 def test_no_server(build, rdma):
-    port = free_port()
-    res = build.run(PROG, "--port", port, "-t", "1", host(rdma), timeout=40)
-    clean_failure(res, _cmd(build, "--port", port, "-t", "1", host(rdma)), 25)
-    expect_match(res.stderr, r"cannot connect to ", "stderr")
+    peer.no_server(build, rdma, PROG)
 
 
 @points(1, "unknown host: 'cannot resolve', exit 1")
 def test_bad_host(build, rdma):
-    res = build.run(PROG, "-t", "1", "no-such-host.invalid", timeout=40)
-    clean_failure(res, _cmd(build, "-t", "1", "no-such-host.invalid"), 25)
-    expect_match(res.stderr, r"cannot resolve 'no-such-host.invalid'", "stderr")
+    peer.bad_host(build, PROG)
 
 
 @points(1, "no client: the server gives up after --timeout, exit 1")
 def test_no_client(build, rdma):
     res = build.run(PROG, "--port", "0", "-t", "1", timeout=40)
-    clean_failure(res, _cmd(build, "--port", "0", "-t", "1"), 25)
+    clean_failure(res, build.command(PROG, "--port", "0", "-t", "1"), 25)
     expect_match(res.stdout, r"^listening on port \d+$", "stdout")
     expect_match(res.stderr, r"no client connected within 1 s", "stderr")
 
 
 @points(1, "bad GID index: named, exit 1")
 def test_bad_gid(build, rdma):
-    res = build.run(PROG, "--port", "0", "-g", "99", "-t", "1", timeout=40)
-    clean_failure(res, _cmd(build, "--port", "0", "-g", "99"), 25)
-    expect_match(res.stderr, r"GID index 99 is not valid", "stderr")
+    peer.bad_gid(build, PROG)

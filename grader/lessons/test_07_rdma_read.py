@@ -36,50 +36,42 @@ import math
 import pytest
 
 from grader import GradeFailure, expect_line, expect_match, points
-from grader.peer import FakePeer, clean_failure, free_port, host, pair
+from grader import peer
+from grader.peer import clean_failure, pair
 
 PROG = "rdma_read"
 SIZE = 100000        # not a multiple of the MTU: the last packet is short
 T = "10"             # --timeout of normal runs (the VM can be slow)
-
-
-def _cmd(build, *args):
-    return " ".join([str(build.path(PROG)), *map(str, args)])
+ARGS = ["-s", SIZE, "-t", T]                    # both sides of main_run
 
 
 @pytest.fixture(scope="module")
 def main_run(build, rdma):
-    """The READ the first tests look at, run once: (server, client, counter
-    deltas, the arguments both were given)."""
-    args = ["-s", SIZE, "-t", T]
-    return pair(build, rdma, PROG, args, args) + (args,)
+    """The READ the first tests look at, run once: a peer.Pair."""
+    return pair(build, rdma, PROG, ARGS, ARGS)
 
 
 # ---- the READ -------------------------------------------------------------------
 
 @points(4, "the client READs, both sides exit 0")
 def test_read(build, rdma, main_run):
-    srv, cli, _, args = main_run
-    srv.ok("server: " + _cmd(build, "--port", "0", *args))
-    cli.ok("client: " + _cmd(build, "--port", "PORT", *args, host(rdma)))
-    m = expect_match(srv.stdout, r"^local: .* addr 0x([0-9a-f]+) rkey "
-                     r"0x([0-9a-f]+) len (\d+)$", "server stdout (the "
-                     "advertised buffer, printed by course_print_qp_info)")
-    expect_line(cli.stdout, f"read {SIZE} bytes from 0x{m.group(1)} rkey "
-                f"0x{m.group(2)}", "client stdout (the buffer it read must "
-                "be the one the server advertised)")
+    peer.both_ok(build, rdma, PROG, main_run, ARGS)
+    addr, rkey = peer.advertised(main_run.server)
+    expect_line(main_run.client.stdout,
+                f"read {SIZE} bytes from 0x{addr} rkey 0x{rkey}",
+                "client stdout (the buffer it read must be the one the "
+                "server advertised)")
 
 
 @points(4, "the client's memcmp() finds the server's pattern")
 def test_client_memcmp(main_run):
-    _, cli, _, _ = main_run
-    expect_line(cli.stdout, f"memcmp: OK ({SIZE} bytes match)",
+    expect_line(main_run.client.stdout, f"memcmp: OK ({SIZE} bytes match)",
                 "client stdout")
 
 
 @points(2, "the server only waits: serves, then hears 'done'")
 def test_server_waits(main_run):
-    srv, _, _, _ = main_run
+    srv = main_run.server
     expect_match(srv.stdout, rf"^serving {SIZE} bytes at 0x[0-9a-f]+ rkey "
                  r"0x[0-9a-f]+$", "server stdout")
     expect_line(srv.stdout, "client done", "server stdout")
@@ -87,7 +79,7 @@ def test_server_waits(main_run):
 
 @points(5, "one-sided: no SENDs, no RECVs, no TCP - the bytes crossed rxe")
 def test_one_sided(main_run):
-    _, _, delta, _ = main_run
+    delta = main_run.delta
     names = ["rdma_sends", "rdma_recvs", "sent_pkts", "rcvd_pkts"]
     for name in ("rdma_sends", "rdma_recvs"):
         if delta.get(name, 0):
@@ -120,53 +112,30 @@ def test_read_past_end(build, rdma):
 
 @points(2, "peer's QP gone: the READ fails with the completion status")
 def test_qp_gone(build, rdma):
-    peer = FakePeer(rdma, length=4096, addr=0x10000, rkey=0x1234)
-    port = peer.listen()
-    with build.start(PROG, "--port", port, "-s", "4096", "-t", "10",
-                     host(rdma), ready=None) as client:
-        sock = peer.accept(client)
-        try:
-            peer.handshake(sock)
-            res = client.wait(timeout=40)
-        finally:
-            sock.close()
-    clean_failure(res, "client reading from a QP that does not exist", 30)
-    expect_match(res.stderr, r"completion error: transport retry counter "
-                 r"exceeded", "client stderr (course_report_wc's line)")
+    peer.qp_gone(build, rdma, PROG, ["-s", "4096", "-t", "10"],
+                 "client reading from a QP that does not exist", length=4096,
+                 addr=0x10000, rkey=0x1234)
 
 
 @points(2, "client vanishes after connecting: the server says so, exit 1")
 def test_client_vanishes(build, rdma):
-    peer = FakePeer(rdma, length=0)
-    with build.start(PROG, "--port", "0", "-s", "4096", "-t", "5") as server:
-        sock = peer.connect(host(rdma), server.port)
-        try:
-            peer.handshake(sock)
-        finally:
-            sock.close()
-        res = server.wait(timeout=40)
-    clean_failure(res, "server whose client left without 'done'", 30)
-    expect_match(res.stderr, r"out-of-band receive failed: (peer closed the "
-                 r"connection|Connection reset by peer)", "server stderr")
+    peer.peer_vanishes(
+        build, rdma, PROG, ["-s", "4096", "-t", "5"],
+        "server whose client left without 'done'",
+        (r"out-of-band receive failed: (peer closed the connection|"
+         r"Connection reset by peer)", "server stderr"))
 
 
 @points(1, "no server: 'cannot connect', exit 1")
 def test_no_server(build, rdma):
-    port = free_port()
-    res = build.run(PROG, "--port", port, "-t", "1", host(rdma), timeout=40)
-    clean_failure(res, _cmd(build, "--port", port, "-t", "1", host(rdma)), 25)
-    expect_match(res.stderr, r"cannot connect to ", "stderr")
+    peer.no_server(build, rdma, PROG)
 
 
 @points(1, "unknown host: 'cannot resolve', exit 1")
 def test_bad_host(build, rdma):
-    res = build.run(PROG, "-t", "1", "no-such-host.invalid", timeout=40)
-    clean_failure(res, _cmd(build, "-t", "1", "no-such-host.invalid"), 25)
-    expect_match(res.stderr, r"cannot resolve 'no-such-host.invalid'", "stderr")
+    peer.bad_host(build, PROG)
 
 
 @points(1, "bad GID index: named, exit 1")
 def test_bad_gid(build, rdma):
-    res = build.run(PROG, "--port", "0", "-g", "99", "-t", "1", timeout=40)
-    clean_failure(res, _cmd(build, "--port", "0", "-g", "99"), 25)
-    expect_match(res.stderr, r"GID index 99 is not valid", "stderr")
+    peer.bad_gid(build, PROG)

@@ -26,18 +26,14 @@ CORRUPT_AT = SIZE // 2
 T = 10
 
 
-def _cmd(build, prog, *args):
-    return " ".join([str(build.path(prog)), *map(str, args)])
-
-
 def _pair(build, rdma, *client_args):
     """Run cm_server -p 0 and one cm_client against it; both Results."""
     with build.start(SERVER, "-p", "0", "-t", T) as srv:
         args = ["-p", srv.port, "-t", T, "-s", SIZE, *client_args, rdma.ip]
         cli = build.run(CLIENT, *args, timeout=2 * T)
         res = srv.wait(timeout=T)
-    how = (f"server: {_cmd(build, SERVER, '-p', srv.port, '-t', T)}\n"
-           f"  client: {_cmd(build, CLIENT, *args)}")
+    how = (f"server: {build.command(SERVER, '-p', srv.port, '-t', T)}\n"
+           f"  client: {build.command(CLIENT, *args)}")
     return res, cli, how
 
 
@@ -167,7 +163,7 @@ def test_wrong_port(build, rdma):
         port = srv.port + 1 if srv.port < 65535 else srv.port - 1
         res = build.run(CLIENT, "-p", port, "-t", 8, rdma.ip, timeout=15)
         _quick_failure(res, 9, r"RDMA_CM_EVENT_REJECTED",
-                       f"'{_cmd(build, CLIENT, '-p', port, '-t', 8, rdma.ip)}' "
+                       f"'{build.command(CLIENT, '-p', port, '-t', 8, rdma.ip)}' "
                        f"(the server listens on port {srv.port})")
         if srv.proc.poll() is not None:
             r = srv.wait(timeout=1)
@@ -181,7 +177,7 @@ def test_no_server(build, rdma):
     port = random.randrange(20000, 60000)
     res = build.run(CLIENT, "-p", port, "-t", 8, rdma.ip, timeout=15)
     _quick_failure(res, 9, r"RDMA_CM_EVENT_REJECTED",
-                   f"'{_cmd(build, CLIENT, '-p', port, '-t', 8, rdma.ip)}' "
+                   f"'{build.command(CLIENT, '-p', port, '-t', 8, rdma.ip)}' "
                    f"(no server runs)")
 
 
@@ -192,7 +188,7 @@ def test_wrong_host(build, rdma):
     host = "192.0.2.2" if rdma.ip == "192.0.2.1" else "198.51.100.1"
     res = build.run(CLIENT, "-p", 7471, "-t", 3, host, timeout=15)
     _quick_failure(res, 7, r"RDMA_CM_EVENT_\w+|rdma_resolve_(addr|route)",
-                   f"'{_cmd(build, CLIENT, '-p', 7471, '-t', 3, host)}'")
+                   f"'{build.command(CLIENT, '-p', 7471, '-t', 3, host)}'")
 
 
 def _kill_mid_run(build, rdma, victim):
@@ -209,7 +205,7 @@ def _kill_mid_run(build, rdma, victim):
             t0 = time.monotonic()
             res = alive.wait(timeout=15)
             return res, time.monotonic() - t0, \
-                _cmd(build, CLIENT, *args)
+                build.command(CLIENT, *args)
 
 
 @points(2, "server killed mid-run: the client says so and exits within seconds")
@@ -243,9 +239,9 @@ def test_server_gives_up(build, rdma):
     with build.start(SERVER, "-p", "0", "-t", 2) as srv:
         res = srv.wait(timeout=10)
     _no_crash(res, "cm_server")
-    res.fails(what=f"'{_cmd(build, SERVER, '-p', 0, '-t', 2)}' with no client")
+    res.fails(what=f"'{build.command(SERVER, '-p', 0, '-t', 2)}' with no client")
     if res.duration > 6:
         raise GradeFailure(f"cm_server -t 2 took {res.duration:.1f} s to give "
                            f"up\n{res.describe()}")
     expect_match(res.stderr, r"no RDMA_CM_EVENT_CONNECT_REQUEST within 2 s",
-                 f"stderr of '{_cmd(build, SERVER, '-p', 0, '-t', 2)}'")
+                 f"stderr of '{build.command(SERVER, '-p', 0, '-t', 2)}'")

@@ -127,3 +127,72 @@ def test_skeleton_does_not_reach_full_marks(lesson, skeletons_grade):
     per, out = skeletons_grade
     got, total = per[lesson.name]
     assert got < total, f"{lesson.name}: the unsolved skeleton scores {got}/{total}"
+
+
+# ---- lessons/common/rc.c is lesson 05's finished work --------------------------
+
+# What a lesson may choose about its QP (struct rc_params): everything else
+# rc.c sets must be what lesson 05's solution sets.
+RC_PARAMS = {"qp_access_flags", "max_rd_atomic", "max_dest_rd_atomic"}
+
+
+def _strip_comments(text):
+    return re.sub(r"/\*.*?\*/|//[^\n]*", "", text, flags=re.S)
+
+
+def _initializer(text, i, prefix=""):
+    """Parse a designated initializer starting after the '{' at text[i-1]:
+    ({'ah_attr.grh.hop_limit': '64', ...}, index after the closing '}')."""
+    fields = {}
+    while True:
+        m = re.compile(r"\s*(?:,\s*)?(\}|\.(\w+)\s*=\s*)").match(text, i)
+        assert m, f"cannot parse the initializer near: {text[i:i + 60]!r}"
+        if m.group(1) == "}":
+            return fields, m.end()
+        name, i = prefix + m.group(2), m.end()
+        if text[i] == "{":
+            sub, i = _initializer(text, i + 1, name + ".")
+            fields.update(sub)
+            continue
+        depth, j = 0, i
+        while depth or text[j] not in ",}":
+            depth += text[j] in "([" and 1 or text[j] in ")]" and -1 or 0
+            j += 1
+        value = re.sub(r"\s+", " ", text[i:j]).strip()
+        fields[name] = re.sub(r"\b(ctx|rc|o)->", "SELF->", value)
+        i = j
+
+
+def qp_attributes(path):
+    """{qp_state: (fields of its struct ibv_qp_attr, the mask's flags)} of
+    every ibv_modify_qp() call in @path."""
+    text = _strip_comments(path.read_text())
+    attrs = {}
+    for m in re.finditer(r"struct ibv_qp_attr (\w+) = \{", text):
+        attrs[m.group(1)] = _initializer(text, m.end())[0]
+    states = {}
+    for m in re.finditer(r"ibv_modify_qp\([^,]+, &(\w+),([^;]*)\);", text):
+        fields = attrs[m.group(1)]
+        states[fields["qp_state"]] = (fields,
+                                      set(re.findall(r"IBV_QP_\w+", m.group(2))))
+    return states
+
+
+def test_rc_sets_the_qp_attributes_of_lesson_05():
+    lesson05 = qp_attributes(COURSE / "solutions/05-send-recv/pingpong.c")
+    rc = qp_attributes(COURSE / "lessons/common/rc.c")
+    assert set(rc) == set(lesson05) == {"IBV_QPS_INIT", "IBV_QPS_RTR",
+                                        "IBV_QPS_RTS"}, (set(rc), set(lesson05))
+    for state, (fields, mask) in lesson05.items():
+        rc_fields, rc_mask = rc[state]
+        assert rc_mask == mask, (f"{state}: rc.c's attr_mask differs from "
+                                 f"lesson 05's: {sorted(rc_mask ^ mask)}")
+        assert set(rc_fields) == set(fields), (
+            f"{state}: rc.c and lesson 05 set different attributes: "
+            f"{sorted(set(rc_fields) ^ set(fields))}")
+        for name, value in fields.items():
+            if name.split(".")[-1] in RC_PARAMS:
+                continue
+            assert rc_fields[name] == value, (
+                f"{state}: .{name} is {rc_fields[name]!r} in rc.c but "
+                f"{value!r} in lesson 05's solution")

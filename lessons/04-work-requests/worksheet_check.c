@@ -385,26 +385,15 @@ static int self_check(void)
 									   1;
 }
 
-static void usage(FILE *f, const char *prog)
-{
-	fprintf(f, "usage: %s [--cases]\n", prog);
-}
+static const char usage[] = "[--cases]";
 
 int main(int argc, char **argv)
 {
-	if (argc == 1)
-		return self_check();
-	if (argc == 2 && !strcmp(argv[1], "--cases"))
-		return run_cases();
-	if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-		usage(stdout, argv[0]);
-		return 0;
-	}
-	if (argv[1][0] == '-')
-		fprintf(stderr, "%s: unknown option '%s'\n", argv[0], argv[1]);
-	else
-		fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0],
-			argv[1]);
-	usage(stderr, argv[0]);
-	return EXIT_USAGE;
+	struct course_opts o;
+	int cases;
+
+	cases = course_take_opt(&argc, argv, "--cases", 0, usage) != NULL;
+	course_default_opts(&o);
+	course_parse_opts(argc, argv, 0, usage, &o);
+	return cases ? run_cases() : self_check();
 }

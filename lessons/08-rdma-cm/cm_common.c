@@ -169,14 +169,6 @@ int cm_poll_one(struct rdma_event_channel *ch, struct ibv_cq *cq,
 	}
 }
 
-int cm_todo(int n, const char *what)
-{
-	fprintf(stderr, "%s: TODO %d is not done yet: %s\n",
-		program_invocation_short_name, n, what);
-	errno = ENOSYS;
-	return -1;
-}
-
 const char *cm_addr_str(const struct sockaddr *sa)
 {
 	static char buf[INET6_ADDRSTRLEN + 16];
@@ -196,4 +188,166 @@ const char *cm_addr_str(const struct sockaddr *sa)
 	}
 	snprintf(buf, sizeof(buf), "%s port %d", ip, port);
 	return buf;
+}
+
+/* ---- one connection ---------------------------------------------------- */
+
+int cm_conn_open(struct cm_conn *c, struct rdma_cm_id **id)
+{
+	c->ch = rdma_create_event_channel();
+	if (!c->ch) {
+		fprintf(stderr, "rdma_create_event_channel failed: %s\n",
+			strerror(errno));
+		return -1;
+	}
+	if (rdma_create_id(c->ch, id, NULL, RDMA_PS_TCP)) {
+		fprintf(stderr, "rdma_create_id failed: %s\n", strerror(errno));
+		rdma_destroy_event_channel(c->ch);
+		c->ch = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+/* Post a RECV for message slot @i. */
+static int post_recv(struct cm_conn *c, int i)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)&c->msg[i],
+		.length = sizeof(c->msg[i]),
+		.lkey = c->msg_mr->lkey,
+	};
+	struct ibv_recv_wr wr = {
+		.wr_id = i,
+		.sg_list = &sge,
+		.num_sge = 1,
+	}, *bad;
+	int ret;
+
+	ret = ibv_post_recv(c->id->qp, &wr, &bad);
+	if (ret)
+		fprintf(stderr, "ibv_post_recv failed: %s\n", strerror(ret));
+	return ret ? -1 : 0;
+}
+
+int cm_conn_alloc(struct cm_conn *c)
+{
+	struct ibv_qp_init_attr attr = {
+		.qp_type = IBV_QPT_RC,
+		.cap = {
+			.max_send_wr = 4,
+			.max_recv_wr = CM_NUM_SLOTS,
+			.max_send_sge = 1,
+			.max_recv_sge = 1,
+		},
+	};
+	uint8_t ack_timeout = CM_ACK_TIMEOUT;
+
+	c->pd = ibv_alloc_pd(c->id->verbs);
+	if (!c->pd) {
+		fprintf(stderr, "ibv_alloc_pd failed: %s\n", strerror(errno));
+		return -1;
+	}
+	c->send_cq = ibv_create_cq(c->id->verbs, 4, NULL, NULL, 0);
+	c->recv_cq = ibv_create_cq(c->id->verbs, CM_NUM_SLOTS, NULL, NULL, 0);
+	if (!c->send_cq || !c->recv_cq) {
+		fprintf(stderr, "ibv_create_cq failed: %s\n", strerror(errno));
+		return -1;
+	}
+	attr.send_cq = c->send_cq;
+	attr.recv_cq = c->recv_cq;
+	if (rdma_create_qp(c->id, c->pd, &attr)) {
+		fprintf(stderr, "rdma_create_qp failed: %s\n", strerror(errno));
+		return -1;
+	}
+	/* A dead peer shows as retries running out: make that quick. */
+	if (rdma_set_option(c->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+			    &ack_timeout, sizeof(ack_timeout)))
+		fprintf(stderr,
+			"rdma_set_option(ACK_TIMEOUT) failed: %s (ignored)\n",
+			strerror(errno));
+	c->msg_mr = ibv_reg_mr(c->pd, c->msg, sizeof(c->msg),
+			       IBV_ACCESS_LOCAL_WRITE);
+	if (!c->msg_mr) {
+		fprintf(stderr, "ibv_reg_mr failed: %s\n", strerror(errno));
+		return -1;
+	}
+	/* Posted before connecting: the peer SENDs as soon as it can. */
+	if (post_recv(c, CM_SLOT_IN1) || post_recv(c, CM_SLOT_IN2))
+		return -1;
+	return 0;
+}
+
+int cm_wait_wc(struct cm_conn *c, struct ibv_cq *cq, const char *what)
+{
+	struct ibv_wc wc;
+
+	if (cm_poll_one(c->ch, cq, &wc, c->timeout, what))
+		return -1;
+	if (wc.status != IBV_WC_SUCCESS) {
+		course_report_wc(what, &wc);
+		return -1;
+	}
+	return 0;
+}
+
+int cm_send_msg(struct cm_conn *c, uint32_t type, uint32_t status,
+		uint64_t addr, uint32_t rkey, uint32_t length)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)&c->msg[CM_SLOT_OUT],
+		.length = sizeof(c->msg[CM_SLOT_OUT]),
+		.lkey = c->msg_mr->lkey,
+	};
+	struct ibv_send_wr wr = {
+		.wr_id = CM_SLOT_OUT,
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+	int ret;
+
+	cm_msg_pack(&c->msg[CM_SLOT_OUT], type, status, addr, rkey, length);
+	ret = ibv_post_send(c->id->qp, &wr, &bad);
+	if (ret) {
+		fprintf(stderr, "ibv_post_send(SEND) failed: %s\n",
+			strerror(ret));
+		return -1;
+	}
+	return cm_wait_wc(c, c->send_cq, "SEND");
+}
+
+int cm_recv_msg(struct cm_conn *c, int slot, uint32_t type,
+		struct cm_msg *out)
+{
+	if (cm_wait_wc(c, c->recv_cq, "RECV"))
+		return -1;
+	cm_msg_unpack(out, &c->msg[slot]);
+	if (out->type != type) {
+		fprintf(stderr, "RECV: expected message type %u, got %u\n",
+			type, out->type);
+		return -1;
+	}
+	return 0;
+}
+
+void cm_conn_close(struct cm_conn *c)
+{
+	if (c->id && c->id->qp)
+		rdma_destroy_qp(c->id);
+	if (c->msg_mr)
+		ibv_dereg_mr(c->msg_mr);
+	if (c->recv_cq)
+		ibv_destroy_cq(c->recv_cq);
+	if (c->send_cq)
+		ibv_destroy_cq(c->send_cq);
+	if (c->pd)
+		ibv_dealloc_pd(c->pd);
+	if (c->id)
+		rdma_destroy_id(c->id);
+	if (c->listen_id)
+		rdma_destroy_id(c->listen_id);
+	if (c->ch)
+		rdma_destroy_event_channel(c->ch);
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cm_common.h - what lesson 08's client and server share: the messages they
- * SEND each other and a bounded wait for connection-manager events.
+ * SEND each other, a bounded wait for connection-manager events, and the
+ * verbs objects of one connection (struct cm_conn) with their chores.
  *
  * Provided by the lesson (lessons/08-rdma-cm/cm_common.c); the exercises are
  * in cm_client.c and cm_server.c.
@@ -88,15 +89,68 @@ int cm_poll_one(struct rdma_event_channel *ch, struct ibv_cq *cq,
 
 /*
  * The ACK timeout this course asks rdma_cm for (RDMA_OPTION_ID_ACK_TIMEOUT,
- * 4.096 us * 2^16 = 268 ms) and the retries (rxe takes 7 to mean "forever").
- * A peer that vanishes without a word is noticed after about 7 x 268 ms:
- * the work request completes with IBV_WC_RETRY_EXC_ERR.
+ * 4.096 us * 2^16 = 268 ms); the retries are COURSE_QP_RETRY_CNT (course.h:
+ * 6, as rxe takes 7 to mean "forever"). A peer that vanishes without a word
+ * is noticed after about 7 x 268 ms: the work request completes with
+ * IBV_WC_RETRY_EXC_ERR.
  */
 #define CM_ACK_TIMEOUT 16
-#define CM_RETRY_COUNT 6
 
-/* Placeholder of the skeletons: prints "TODO N: @what" and returns -1. */
-int cm_todo(int n, const char *what);
+/* The message slots of struct cm_conn: one to SEND from, two to RECV into. */
+enum {
+	CM_SLOT_OUT = 0,
+	CM_SLOT_IN1 = 1,
+	CM_SLOT_IN2 = 2,
+	CM_NUM_SLOTS = 3,
+};
+
+/* One side of a connection: what the client and the server both hold. */
+struct cm_conn {
+	struct rdma_event_channel *ch;	/* where rdma_cm reports events */
+	struct rdma_cm_id *listen_id;	/* server: the listener, else NULL */
+	struct rdma_cm_id *id;		/* the connection (like a socket) */
+	struct ibv_pd *pd;
+	struct ibv_cq *send_cq;
+	struct ibv_cq *recv_cq;
+	struct ibv_mr *msg_mr;		/* covers msg[] */
+	struct cm_msg msg[CM_NUM_SLOTS]; /* SEND from [0], RECV into [1], [2] */
+	int timeout;			/* seconds, for every wait */
+};
+
+/*
+ * Create the event channel and one id on it: @id is &c->id (client) or
+ * &c->listen_id (server). Returns 0, or -1 with a message printed.
+ */
+int cm_conn_open(struct cm_conn *c, struct rdma_cm_id **id);
+
+/*
+ * The verbs objects of c->id, on its device (c->id->verbs): PD, two CQs,
+ * the QP (rdma_create_qp: rdma_cm moves it through INIT, RTR and RTS), the
+ * ACK timeout, the message MR, and a RECV posted in each of the two IN
+ * slots. Returns 0, or -1 with a message printed; cm_conn_close() undoes
+ * whatever was done.
+ */
+int cm_conn_alloc(struct cm_conn *c);
+
+/*
+ * Wait for one completion on @cq that succeeded, or for news of a dead peer
+ * on the event channel (cm_poll_one()); @what names it. 0 or -1 (printed).
+ */
+int cm_wait_wc(struct cm_conn *c, struct ibv_cq *cq, const char *what);
+
+/* SEND one message (packed from these values) and wait until it is
+ * delivered. 0 or -1 (printed). */
+int cm_send_msg(struct cm_conn *c, uint32_t type, uint32_t status,
+		uint64_t addr, uint32_t rkey, uint32_t length);
+
+/* Wait for the peer's next message, in slot @slot, and check its @type;
+ * *@out holds it in host order. 0 or -1 (printed). */
+int cm_recv_msg(struct cm_conn *c, int slot, uint32_t type,
+		struct cm_msg *out);
+
+/* Destroy what cm_conn_open() and cm_conn_alloc() made, in reverse order.
+ * Deregister your own MRs first. */
+void cm_conn_close(struct cm_conn *c);
 
 /* "a.b.c.d port N" of a sockaddr, for messages (static buffer). */
 const char *cm_addr_str(const struct sockaddr *sa);

@@ -113,7 +113,8 @@ static long parse_num(const char *prog, const char *usage, const char *flag,
 		}
 	}
 	if (errno || end == arg || *end || v < min || v > max) {
-		fprintf(stderr, "%s: %s expects a number from %ld to %ld, got '%s'\n",
+		fprintf(stderr,
+			"%s: %s expects a number from %ld to %ld, got '%s'\n",
 			prog, flag, min, max, arg);
 		usage_exit(prog, usage, EXIT_USAGE);
 	}
@@ -198,7 +199,7 @@ void course_parse_opts(int argc, char **argv, unsigned int accept,
 		}
 	}
 
-	if ((accept & OPT_SERVER) && optind == argc - 1) {
+	if ((accept & OPT_HOST) && optind == argc - 1) {
 		o->host = argv[optind++];
 	}
 	if (optind < argc) {
@@ -230,7 +231,8 @@ struct ibv_context *course_open_device(const char *name)
 
 	list = ibv_get_device_list(&num);
 	if (!list) {
-		perror("ibv_get_device_list");
+		fprintf(stderr, "ibv_get_device_list failed: %s\n",
+			strerror(errno));
 		return NULL;
 	}
 	if (num == 0) {
@@ -262,10 +264,11 @@ void course_gid_str(const union ibv_gid *gid, char *buf, size_t len)
 {
 	const uint8_t *r = gid->raw;
 
-	snprintf(buf, len,
-		 "%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x",
-		 r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9],
-		 r[10], r[11], r[12], r[13], r[14], r[15]);
+	snprintf(
+		buf, len,
+		"%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x",
+		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9],
+		r[10], r[11], r[12], r[13], r[14], r[15]);
 }
 
 static int gid_is_ipv4(const union ibv_gid *gid)
@@ -341,7 +344,7 @@ int course_oob_accept(int port, int timeout)
 
 	lfd = socket(AF_INET6, SOCK_STREAM, 0);
 	if (lfd < 0) {
-		perror("socket");
+		fprintf(stderr, "socket failed: %s\n", strerror(errno));
 		return -1;
 	}
 	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -362,7 +365,7 @@ int course_oob_accept(int port, int timeout)
 	}
 	fd = accept(lfd, NULL, NULL);
 	if (fd < 0)
-		perror("accept");
+		fprintf(stderr, "accept failed: %s\n", strerror(errno));
 
 out_close_listener:
 	close(lfd);
@@ -376,7 +379,8 @@ out_close_listener:
  */
 static int connect_by(const struct addrinfo *ai, uint64_t deadline, int *err)
 {
-	int64_t left_ms = ((int64_t)deadline - (int64_t)course_now_ns()) / 1000000;
+	int64_t left_ms =
+		((int64_t)deadline - (int64_t)course_now_ns()) / 1000000;
 	struct pollfd p = { .events = POLLOUT };
 	socklen_t len = sizeof(*err);
 	int fd, flags;
@@ -457,13 +461,15 @@ static int xfer_all(int fd, void *buf, size_t len, int is_write, int timeout)
 				is_write ? "send" : "receive", timeout);
 			return -1;
 		}
-		n = is_write ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
+		n = is_write ? send(fd, p, len, MSG_NOSIGNAL)
+			     : recv(fd, p, len, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
 			fprintf(stderr, "out-of-band %s failed: %s\n",
 				is_write ? "send" : "receive",
-				n ? strerror(errno) : "peer closed the connection");
+				n ? strerror(errno)
+				  : "peer closed the connection");
 			return -1;
 		}
 		p += n;
@@ -524,7 +530,8 @@ int course_oob_sync(int fd, char tag, int timeout)
 	    xfer_all(fd, &got, 1, 0, timeout))
 		return -1;
 	if (got != tag) {
-		fprintf(stderr, "out-of-band sync: expected '%c', peer sent '%c'\n",
+		fprintf(stderr,
+			"out-of-band sync: expected '%c', peer sent '%c'\n",
 			tag, got);
 		return -1;
 	}
@@ -540,7 +547,8 @@ void course_print_qp_info(const char *who, const struct qp_info *info)
 	       info->qpn, info->psn, gid);
 	if (info->addr)
 		printf(" addr 0x%016llx rkey 0x%08x len %u",
-		       (unsigned long long)info->addr, info->rkey, info->length);
+		       (unsigned long long)info->addr, info->rkey,
+		       info->length);
 	printf("\n");
 }
 
@@ -570,6 +578,77 @@ int course_poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int timeout,
 
 void course_report_wc(const char *what, const struct ibv_wc *wc)
 {
-	fprintf(stderr, "%s: completion error: %s (status %d, vendor_err 0x%x)\n",
-		what, ibv_wc_status_str(wc->status), wc->status, wc->vendor_err);
+	fprintf(stderr,
+		"%s: completion error: %s (status %d, vendor_err 0x%x)\n", what,
+		ibv_wc_status_str(wc->status), wc->status, wc->vendor_err);
+}
+
+int course_wait_wc(struct ibv_cq *cq, struct ibv_wc *wc, int timeout,
+		   int oob_fd, const char *what)
+{
+	ssize_t n;
+	char c;
+
+	if (course_poll_one(cq, wc, timeout, what)) {
+		if (oob_fd < 0)
+			return -1;
+		n = recv(oob_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (n == 0 ||
+		    (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+			fprintf(stderr,
+				"the peer closed the out-of-band connection: it has exited\n");
+		return -1;
+	}
+	if (wc->status != IBV_WC_SUCCESS) {
+		course_report_wc(what, wc);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- the skeletons' placeholder ------------------------------------------ */
+
+int course_todo(int n, const char *what)
+{
+	fprintf(stderr, "%s: TODO %d is not done yet: %s\n",
+		program_invocation_short_name, n, what);
+	return ENOSYS;
+}
+
+/* ---- test data ---------------------------------------------------------- */
+
+void *course_alloc(size_t len)
+{
+	void *p;
+	int ret;
+
+	ret = posix_memalign(&p, sysconf(_SC_PAGESIZE), len);
+	if (ret) {
+		fprintf(stderr, "cannot allocate %zu bytes: %s\n", len,
+			strerror(ret));
+		return NULL;
+	}
+	memset(p, 0, len);
+	return p;
+}
+
+void course_fill_pattern(void *buf, size_t len, size_t seed)
+{
+	uint8_t *p = buf;
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		p[i] = (uint8_t)(1 + (i + seed) % 251);
+}
+
+size_t course_first_diff(const void *a, const void *b, size_t len)
+{
+	const uint8_t *x = a, *y = b;
+	size_t i;
+
+	if (!memcmp(a, b, len))
+		return len;
+	for (i = 0; x[i] == y[i]; i++)
+		;
+	return i;
 }

@@ -6,9 +6,10 @@
  * calls (argument parsing, the out-of-band TCP exchange, timing, bounded
  * polling) so that a lesson's skeleton contains only what it teaches.
  *
- * Conventions for every lesson program:
+ * Conventions for every lesson program (lessons/README.md has them all):
  *   exit 0  success
- *   exit 1  a call failed at run time (one line on stderr names it)
+ *   exit 1  a call failed at run time (one line on stderr names it:
+ *           "CALL failed: STRERROR")
  *   exit 2  bad command line (usage on stderr)
  */
 #ifndef RDMA_COURSE_H
@@ -19,6 +20,23 @@
 #include <infiniband/verbs.h>
 
 #define EXIT_USAGE 2
+
+/* ---- the RC queue pair attributes every lesson uses ---------------------- */
+
+/*
+ * RTR and RTS values of lessons 03, 05, rc.c and 08 (man ibv_modify_qp):
+ *   COURSE_QP_TIMEOUT        ACK timeout, 4.096 us * 2^14: about 67 ms
+ *   COURSE_QP_RETRY_CNT      resends of an unacknowledged packet; rxe takes
+ *                            7 to mean "forever", so a dead peer would never
+ *                            be noticed: 6
+ *   COURSE_QP_RNR_RETRY      resends after an RNR NAK (7 would be forever)
+ *   COURSE_QP_MIN_RNR_TIMER  how long a peer waits after our RNR NAK: 12 is
+ *                            0.64 ms
+ */
+#define COURSE_QP_TIMEOUT	14
+#define COURSE_QP_RETRY_CNT	6
+#define COURSE_QP_RNR_RETRY	3
+#define COURSE_QP_MIN_RNR_TIMER 12
 
 /* ---- command line ------------------------------------------------------ */
 
@@ -31,18 +49,18 @@ enum {
 	OPT_ITERS = 1 << 4,	/* -n, --iters N       */
 	OPT_SIZE = 1 << 5,	/* -s, --size BYTES    */
 	OPT_TIMEOUT = 1 << 6,	/* -t, --timeout SECS  */
-	OPT_SERVER = 1 << 7,	/* a positional HOST makes it a client */
+	OPT_HOST = 1 << 7, /* a positional HOST is allowed (then: client) */
 };
 
 struct course_opts {
-	const char *device;	/* NULL: $RDMA_DEVICE, else the first device */
-	int ib_port;		/* default 1 */
-	int gid_index;		/* -1: $RDMA_GID_INDEX, else auto (RoCE v2 IPv4) */
-	int port;		/* TCP port; 0 = any free port (server prints it) */
-	long iters;		/* default 1000 */
-	size_t size;		/* default 4096; accepts k/K, m/M suffixes */
-	int timeout;		/* seconds any single wait may take, default 10 */
-	const char *host;	/* positional HOST (client mode) or NULL */
+	const char *device; /* NULL: $RDMA_DEVICE, else the first device */
+	int ib_port;	    /* default 1 */
+	int gid_index;	    /* -1: $RDMA_GID_INDEX, else auto (RoCE v2 IPv4) */
+	int port;	    /* TCP port; 0 = any free port (server prints it) */
+	long iters;	    /* default 1000 */
+	size_t size;	    /* default 4096; accepts k/K, m/M suffixes */
+	int timeout;	    /* seconds any single wait may take, default 10 */
+	const char *host;   /* positional HOST (client mode) or NULL */
 };
 
 /*
@@ -102,7 +120,7 @@ struct qp_info {
 	uint32_t qpn;
 	uint32_t psn;
 	union ibv_gid gid;
-	uint64_t addr;	/* 0 when no buffer is advertised */
+	uint64_t addr; /* 0 when no buffer is advertised */
 	uint32_t rkey;
 	uint32_t length;
 };
@@ -144,6 +162,42 @@ int course_poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int timeout,
  * "WHAT: completion error: <ibv_wc_status_str> (status N, vendor_err 0x..)"
  */
 void course_report_wc(const char *what, const struct ibv_wc *wc);
+
+/*
+ * Wait for one completion on @cq that succeeded: course_poll_one(), then the
+ * status. A receive never fails because the peer died, it just never
+ * completes: when the wait times out and @oob_fd (the TCP connection to the
+ * peer, or -1) is closed, also prints
+ *   the peer closed the out-of-band connection: it has exited
+ * A completion with an error status is printed by course_report_wc().
+ * Returns 0 with *wc filled, or -1 (message printed naming @what).
+ */
+int course_wait_wc(struct ibv_cq *cq, struct ibv_wc *wc, int timeout,
+		   int oob_fd, const char *what);
+
+/* ---- the skeletons' placeholder ------------------------------------------ */
+
+/*
+ * What a skeleton's unfinished TODO does: prints
+ *   PROG: TODO N is not done yet: WHAT
+ * to stderr and returns ENOSYS, so that the error path after it runs (the
+ * caller prints "CALL failed: Function not implemented" and exits 1).
+ */
+int course_todo(int n, const char *what);
+
+/* ---- test data ---------------------------------------------------------- */
+
+/*
+ * @len bytes, page-aligned and zeroed, for a buffer to register; free() it.
+ * NULL with "cannot allocate N bytes: ..." printed when there is no memory.
+ */
+void *course_alloc(size_t len);
+
+/* The course's pattern: byte i is 1 + (i + seed) % 251 (never 0). */
+void course_fill_pattern(void *buf, size_t len, size_t seed);
+
+/* The offset of the first byte where @a and @b differ, or @len if none. */
+size_t course_first_diff(const void *a, const void *b, size_t len);
 
 /* ---- time ---------------------------------------------------------------- */
 

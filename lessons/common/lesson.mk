@@ -14,7 +14,7 @@ LDLIBS  += -lrdmacm -libverbs -lm
 -include lessons/$(L)/lesson.mk
 
 PROGRAMS ?= $(basename $(notdir $(wildcard $(S)/$(L)/*.c)))
-COMMON   := lessons/common/course.c lessons/common/course.h
+COMMON   := lessons/common/course.c lessons/common/course.h lessons/common/rc.h
 
 all: $(addprefix $(OUT)/,$(PROGRAMS))
 

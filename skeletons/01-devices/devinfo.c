@@ -21,7 +21,7 @@
 
 #include "course.h"
 
-static const char *usage = "[-d DEVICE]";
+static const char usage[] = "[-d DEVICE]";
 
 /* The transport names ibv_devinfo uses. */
 static const char *transport_str(enum ibv_transport_type t)
@@ -117,14 +117,14 @@ static int print_gids(struct ibv_context *ctx, const char *name, int port,
 		/* TODO 1: query GID table slot i of this port into entry with
 		 * ibv_query_gid_ex() (flags 0); it returns 0 or an errno value.
 		 * man ibv_query_gid_ex */
-		(void)ctx; /* replace with your code */
-		ret = ENOSYS;
+		(void)ctx;
+		ret = course_todo(1, "query GID table slot i with ibv_query_gid_ex()");
 		/* END TODO 1 */
 		if (ret == ENODATA)
 			continue;
 		if (ret) {
 			fprintf(stderr,
-				"devinfo: ibv_query_gid_ex(%s port %d index %d) failed: %s\n",
+				"ibv_query_gid_ex(%s port %d index %d) failed: %s\n",
 				name, port, i, strerror(ret));
 			return -1;
 		}
@@ -149,10 +149,10 @@ static int print_port(struct ibv_context *ctx, const char *name, int port)
 
 	/* TODO 2: query the port's attributes into attr with ibv_query_port()
 	 * (it returns 0 or an errno value). man ibv_query_port */
-	ret = ENOSYS; /* replace with your code */
+	ret = course_todo(2, "query the port with ibv_query_port()");
 	/* END TODO 2 */
 	if (ret) {
-		fprintf(stderr, "devinfo: ibv_query_port(%s port %d) failed: %s\n",
+		fprintf(stderr, "ibv_query_port(%s port %d) failed: %s\n",
 			name, port, strerror(ret));
 		return -1;
 	}
@@ -178,11 +178,11 @@ static int print_device(struct ibv_device *dev)
 
 	/* TODO 3: open the device with ibv_open_device() (NULL and errno
 	 * on failure). man ibv_open_device */
-	ctx = NULL; /* replace with your code */
-	errno = ENOSYS;
+	ctx = NULL;
+	errno = course_todo(3, "open the device with ibv_open_device()");
 	/* END TODO 3 */
 	if (!ctx) {
-		fprintf(stderr, "devinfo: ibv_open_device(%s) failed: %s\n", name,
+		fprintf(stderr, "ibv_open_device(%s) failed: %s\n", name,
 			strerror(errno));
 		return -1;
 	}
@@ -192,10 +192,10 @@ static int print_device(struct ibv_device *dev)
 	 * an errno value, and the node GUID with ibv_get_device_guid(), which
 	 * is big-endian (be64toh() makes it a number). man ibv_query_device,
 	 * man ibv_get_device_guid */
-	ret = ENOSYS; /* replace with your code */
+	ret = course_todo(4, "ibv_query_device() and ibv_get_device_guid()");
 	/* END TODO 4 */
 	if (ret) {
-		fprintf(stderr, "devinfo: ibv_query_device(%s) failed: %s\n",
+		fprintf(stderr, "ibv_query_device(%s) failed: %s\n",
 			name, strerror(ret));
 		ret = -1;
 		goto out_close_device;
@@ -215,7 +215,8 @@ static int print_device(struct ibv_device *dev)
 out_close_device:
 	/* TODO 5: close the device: every ibv_open_device() needs its
 	 * ibv_close_device(). man ibv_close_device */
-	(void)ctx; /* replace with your code */
+	(void)ctx;
+	course_todo(5, "close the device with ibv_close_device()");
 	/* END TODO 5 */
 	return ret;
 }
@@ -235,17 +236,17 @@ int main(int argc, char **argv)
 	/* TODO 6: get the list of RDMA devices with ibv_get_device_list()
 	 * (NULL and errno on failure); num must hold how many there are.
 	 * man ibv_get_device_list */
-	list = NULL; /* replace with your code */
-	errno = ENOSYS;
+	list = NULL;
+	errno = course_todo(6, "get the device list with ibv_get_device_list()");
 	/* END TODO 6 */
 	if (!list) {
-		fprintf(stderr, "devinfo: ibv_get_device_list failed: %s\n",
+		fprintf(stderr, "ibv_get_device_list failed: %s\n",
 			strerror(errno));
 		return 1;
 	}
 	if (num == 0) {
 		fprintf(stderr,
-			"devinfo: no RDMA devices found (is rdma_rxe set up? run: make doctor)\n");
+			"no RDMA devices found (is rdma_rxe set up? run: make doctor)\n");
 		ret = 1;
 		goto out_free_list;
 	}
@@ -261,7 +262,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!shown) {
-		fprintf(stderr, "devinfo: device '%s' not found; devices here:",
+		fprintf(stderr, "device '%s' not found; devices here:",
 			opts.device);
 		for (i = 0; i < num; i++)
 			fprintf(stderr, " %s", ibv_get_device_name(list[i]));
@@ -272,7 +273,8 @@ int main(int argc, char **argv)
 out_free_list:
 	/* TODO 7: free the list with ibv_free_device_list(); the devices
 	 * opened from it are all closed by now. man ibv_get_device_list */
-	(void)list; /* replace with your code */
+	(void)list;
+	course_todo(7, "free the list with ibv_free_device_list()");
 	/* END TODO 7 */
 	return ret;
 }

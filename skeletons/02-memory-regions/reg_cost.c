@@ -23,7 +23,7 @@
 
 #include "course.h"
 
-static const char *usage =
+static const char usage[] =
 	"[-d DEVICE] [-n REPS] [--min-size BYTES] [--max-size BYTES]";
 
 #define MAX_REPS 1000
@@ -102,7 +102,7 @@ static int measure(struct ibv_pd *pd, size_t size, long reps, double *reg_us,
 	buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (buf == MAP_FAILED) {
-		fprintf(stderr, "reg_cost: mmap(%zu bytes) failed: %s\n", size,
+		fprintf(stderr, "mmap(%zu bytes) failed: %s\n", size,
 			strerror(errno));
 		return -1;
 	}
@@ -112,15 +112,15 @@ static int measure(struct ibv_pd *pd, size_t size, long reps, double *reg_us,
 		/* TODO 1: register buf (size bytes, access_flags) in pd with
 		 * ibv_reg_mr() into mr and store how long the call took, in
 		 * nanoseconds, in reg_ns[r]. man ibv_reg_mr */
-		(void)pd; /* replace with your code */
+		(void)pd;
 		(void)access_flags;
 		mr = NULL;
-		errno = ENOSYS;
+		errno = course_todo(1, "time ibv_reg_mr()");
 		reg_ns[r] = 0;
 		/* END TODO 1 */
 		if (!mr) {
 			fprintf(stderr,
-				"reg_cost: ibv_reg_mr(%zu bytes) failed: %s%s\n",
+				"ibv_reg_mr(%zu bytes) failed: %s%s\n",
 				size, strerror(errno),
 				errno == ENOMEM ?
 					" (locked-memory limit? see ulimit -l)" :
@@ -130,11 +130,11 @@ static int measure(struct ibv_pd *pd, size_t size, long reps, double *reg_us,
 		/* TODO 2: deregister mr with ibv_dereg_mr() into err (0 or an
 		 * errno value) and store how long the call took, in
 		 * nanoseconds, in dereg_ns[r]. man ibv_dereg_mr */
-		err = ENOSYS; /* replace with your code */
+		err = course_todo(2, "time ibv_dereg_mr()");
 		dereg_ns[r] = 0;
 		/* END TODO 2 */
 		if (err) {
-			fprintf(stderr, "reg_cost: ibv_dereg_mr failed: %s\n",
+			fprintf(stderr, "ibv_dereg_mr failed: %s\n",
 				strerror(err));
 			goto out_unmap;
 		}
@@ -189,7 +189,7 @@ int main(int argc, char **argv)
 		return 1;
 	pd = ibv_alloc_pd(context);
 	if (!pd) {
-		fprintf(stderr, "reg_cost: ibv_alloc_pd failed: %s\n",
+		fprintf(stderr, "ibv_alloc_pd failed: %s\n",
 			strerror(errno));
 		goto out_close_device;
 	}

@@ -12,7 +12,7 @@
  * keeps the region registered for SECS seconds (--hold, default 0) and
  * exits 0. When ibv_reg_mr() refuses, prints one line
  *
- *   reg_mr: ibv_reg_mr(SIZE bytes, access LIST) failed: STRERROR (ERRNAME)[: HINT]
+ *   ibv_reg_mr(SIZE bytes, access LIST) failed: STRERROR (ERRNAME)[: HINT]
  *
  * and exits 1.
  */
@@ -26,7 +26,7 @@
 
 #include "course.h"
 
-static const char *usage =
+static const char usage[] =
 	"[-d DEVICE] [-s SIZE] [--access LIST] [--hold SECS]\n"
 	"  LIST: comma-separated local_write,remote_write,remote_read,remote_atomic or none";
 
@@ -111,11 +111,12 @@ static const char *reg_error_hint(int err, const struct reg_ctx *ctx,
 {
 	/* TODO 3: return a hint for the two cases above (NULL otherwise).
 	 * man ibv_reg_mr, man getrlimit */
-	(void)err; /* replace with your code */
+	(void)err;
 	(void)ctx;
 	(void)buf;
 	(void)len;
 	return NULL;
+	course_todo(3, "the hint for a refused ibv_reg_mr()");
 	/* END TODO 3 */
 }
 
@@ -134,17 +135,17 @@ static int init_ctx(struct reg_ctx *ctx)
 
 	/* TODO 4: allocate the protection domain ctx->pd with ibv_alloc_pd()
 	 * (NULL and errno on failure). man ibv_alloc_pd */
-	ctx->pd = NULL; /* replace with your code */
-	errno = ENOSYS;
+	ctx->pd = NULL;
+	errno = course_todo(4, "allocate the PD with ibv_alloc_pd()");
 	/* END TODO 4 */
 	if (!ctx->pd) {
-		fprintf(stderr, "reg_mr: ibv_alloc_pd failed: %s\n",
+		fprintf(stderr, "ibv_alloc_pd failed: %s\n",
 			strerror(errno));
 		return -1;
 	}
 
 	if (posix_memalign(&ctx->buf, sysconf(_SC_PAGESIZE), ctx->size)) {
-		fprintf(stderr, "reg_mr: cannot allocate %zu bytes\n",
+		fprintf(stderr, "cannot allocate %zu bytes\n",
 			ctx->size);
 		goto out_dealloc_pd;
 	}
@@ -153,14 +154,14 @@ static int init_ctx(struct reg_ctx *ctx)
 	/* TODO 5: register ctx->buf (ctx->size bytes, access ctx->access)
 	 * in ctx->pd with ibv_reg_mr() into ctx->mr (NULL and errno on
 	 * failure). man ibv_reg_mr */
-	ctx->mr = NULL; /* replace with your code */
-	errno = ENOSYS;
+	ctx->mr = NULL;
+	errno = course_todo(5, "register the buffer with ibv_reg_mr()");
 	/* END TODO 5 */
 	if (!ctx->mr) {
 		err = errno;
 		hint = reg_error_hint(err, ctx, hint_buf, sizeof(hint_buf));
 		fprintf(stderr,
-			"reg_mr: ibv_reg_mr(%zu bytes, access %s) failed: %s (%s)%s%s\n",
+			"ibv_reg_mr(%zu bytes, access %s) failed: %s (%s)%s%s\n",
 			ctx->size, ctx->access_str, strerror(err),
 			strerrorname_np(err) ? strerrorname_np(err) : "?",
 			hint ? ": " : "", hint ? hint : "");
@@ -186,15 +187,17 @@ static int close_ctx(struct reg_ctx *ctx)
 	int ret = 0, err;
 
 	/* TODO 6: deregister ctx->mr with ibv_dereg_mr() (0 or an errno
-	 * value); print "reg_mr: ibv_dereg_mr failed: STRERROR" and set ret
+	 * value); print "ibv_dereg_mr failed: STRERROR" and set ret
 	 * to -1 if it fails. man ibv_dereg_mr */
-	(void)err; /* replace with your code */
+	(void)err;
+	course_todo(6, "deregister the MR with ibv_dereg_mr()");
 	/* END TODO 6 */
 	free(ctx->buf);
 	/* TODO 7: free the protection domain with ibv_dealloc_pd() (0 or an
-	 * errno value); on failure print "reg_mr: ibv_dealloc_pd failed:
+	 * errno value); on failure print "ibv_dealloc_pd failed:
 	 * STRERROR" and set ret to -1. man ibv_alloc_pd */
-	(void)ctx->pd; /* replace with your code */
+	(void)ctx->pd;
+	course_todo(7, "free the PD with ibv_dealloc_pd()");
 	/* END TODO 7 */
 	return ret;
 }

@@ -18,12 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#define USAGE                                                          \
-	"[-d DEV] [-i IB_PORT] [-g GID_INDEX] [-p PORT] [-n ITERS] "   \
-	"[-s SIZE] [-t SECS] [HOST]"
+static const char usage[] =
+	"[-d DEV] [-i IB_PORT] [-g GID_INDEX] [-p PORT] [-n ITERS] "
+	"[-s SIZE] [-t SECS] [HOST]";
 
 /* The wr_id of our two kinds of work request, to tell completions apart. */
 enum {
@@ -61,10 +60,7 @@ static uint8_t msg_byte(long seq, int from, size_t i)
 
 static void fill_msg(uint8_t *p, size_t len, long seq, int from)
 {
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		p[i] = msg_byte(seq, from, i);
+	course_fill_pattern(p, len, (size_t)seq * 7 + (size_t)from);
 }
 
 /* 0 when @p holds message @seq written by @from, else -1 (message printed). */
@@ -113,7 +109,7 @@ static struct pp_ctx *init_ctx(const struct course_opts *o)
 
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx) {
-		perror("calloc");
+		fprintf(stderr, "calloc failed: %s\n", strerror(errno));
 		return NULL;
 	}
 	ctx->size = o->size;
@@ -242,7 +238,7 @@ static int fill_info(struct pp_ctx *ctx, struct qp_info *info)
 	 * qp_num), info->psn (lrand48() & 0xffffff) and info->gid
 	 * (ibv_query_gid); set ret to 0, or to an errno value on failure. */
 	(void)ctx;
-	ret = ENOSYS;
+	ret = course_todo(1, "fill the QP's address (LID, QPN, PSN, GID)");
 	/* END TODO 1 */
 	if (ret) {
 		fprintf(stderr, "ibv_query_port/ibv_query_gid failed: %s\n",
@@ -264,7 +260,7 @@ static int post_recv(struct pp_ctx *ctx)
 	 * (addr, length, the MR's lkey) in a struct ibv_recv_wr with
 	 * .wr_id = WRID_RECV; set ret to what ibv_post_recv() returns. */
 	(void)ctx;
-	ret = ENOSYS;
+	ret = course_todo(2, "post the receive");
 	/* END TODO 2 */
 	if (ret) {
 		fprintf(stderr, "ibv_post_recv failed: %s\n", strerror(ret));
@@ -288,13 +284,14 @@ static int connect_ctx(struct pp_ctx *ctx, const struct qp_info *mine,
 	int ret;
 
 	/* TODO 3: move the QP to RTR: path_mtu IBV_MTU_1024, the peer's
-	 * QPN and PSN, max_dest_rd_atomic 1, min_rnr_timer 12, and an
+	 * QPN and PSN, max_dest_rd_atomic 1, min_rnr_timer
+	 * COURSE_QP_MIN_RNR_TIMER (course.h), and an
 	 * address vector (ah_attr) with is_global = 1, the peer's LID and
 	 * GID, our port and our GID index, hop_limit 64; set ret to what
 	 * ibv_modify_qp() returns. */
 	(void)ctx;
 	(void)theirs;
-	ret = ENOSYS;
+	ret = course_todo(3, "move the QP to RTR");
 	/* END TODO 3 */
 	if (ret) {
 		fprintf(stderr, "ibv_modify_qp(RTR) failed: %s\n",
@@ -302,11 +299,12 @@ static int connect_ctx(struct pp_ctx *ctx, const struct qp_info *mine,
 		return -1;
 	}
 
-	/* TODO 4: move the QP to RTS: our own PSN as sq_psn, timeout 14,
-	 * retry_cnt 6, rnr_retry 3, max_rd_atomic 1; set ret to what
-	 * ibv_modify_qp() returns. */
+	/* TODO 4: move the QP to RTS: our own PSN as sq_psn, timeout
+	 * COURSE_QP_TIMEOUT, retry_cnt COURSE_QP_RETRY_CNT, rnr_retry
+	 * COURSE_QP_RNR_RETRY (course.h: 14, 6, 3), max_rd_atomic 1; set
+	 * ret to what ibv_modify_qp() returns. */
 	(void)mine;
-	ret = ENOSYS;
+	ret = course_todo(4, "move the QP to RTS");
 	/* END TODO 4 */
 	if (ret) {
 		fprintf(stderr, "ibv_modify_qp(RTS) failed: %s\n",
@@ -329,7 +327,7 @@ static int post_send(struct pp_ctx *ctx)
 	 * IBV_WR_SEND and .send_flags = IBV_SEND_SIGNALED; set ret to what
 	 * ibv_post_send() returns. */
 	(void)ctx;
-	ret = ENOSYS;
+	ret = course_todo(5, "post the SEND");
 	/* END TODO 5 */
 	if (ret) {
 		fprintf(stderr, "ibv_post_send failed: %s\n", strerror(ret));
@@ -339,27 +337,11 @@ static int post_send(struct pp_ctx *ctx)
 }
 
 /*
- * A receive never fails because the peer died: it just never completes.
- * After a wait timed out, the TCP connection tells whether the peer is
- * still there.
- */
-static void report_peer(const struct pp_ctx *ctx)
-{
-	ssize_t n;
-	char c;
-
-	n = recv(ctx->oob_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
-		fprintf(stderr,
-			"the peer closed the out-of-band connection: it has exited\n");
-}
-
-/*
  * Poll the CQ until @sends SEND and @recvs RECV completions have been seen
  * in total (they may arrive in any order). A completion that did not
  * succeed, a received message of the wrong length, or no completion within
  * ctx->timeout seconds ends the wait with -1 (message printed, naming
- * round trip @seq).
+ * round trip @seq; course_wait_wc() also says when the peer has exited).
  */
 static int wait_for(struct pp_ctx *ctx, long sends, long recvs, long seq)
 {
@@ -368,14 +350,9 @@ static int wait_for(struct pp_ctx *ctx, long sends, long recvs, long seq)
 
 	snprintf(what, sizeof(what), "round trip %ld", seq);
 	while (ctx->sends_done < sends || ctx->recvs_done < recvs) {
-		if (course_poll_one(ctx->cq, &wc, ctx->timeout, what)) {
-			report_peer(ctx);
+		if (course_wait_wc(ctx->cq, &wc, ctx->timeout, ctx->oob_fd,
+				   what))
 			return -1;
-		}
-		if (wc.status != IBV_WC_SUCCESS) {
-			course_report_wc(what, &wc);
-			return -1;
-		}
 		switch (wc.wr_id) {
 		case WRID_SEND:
 			ctx->sends_done++;
@@ -419,8 +396,7 @@ static int run_client(struct pp_ctx *ctx, long iters)
 		 * its mirror image). Return -1 on any failure. */
 		(void)rslot;
 		(void)sslot;
-		fprintf(stderr,
-			"run_client: TODO 6 (the round trip) is not done\n");
+		course_todo(6, "the round trip");
 		return -1;
 		/* END TODO 6 */
 	}
@@ -469,8 +445,8 @@ int main(int argc, char **argv)
 	course_default_opts(&o);
 	course_parse_opts(argc, argv,
 			  OPT_DEVICE | OPT_IB_PORT | OPT_GID_INDEX | OPT_PORT |
-			  OPT_ITERS | OPT_SIZE | OPT_TIMEOUT | OPT_SERVER,
-			  USAGE, &o);
+			  OPT_ITERS | OPT_SIZE | OPT_TIMEOUT | OPT_HOST,
+			  usage, &o);
 	srand48(getpid() ^ course_now_ns());
 
 	ctx = init_ctx(&o);

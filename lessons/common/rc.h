@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rc.h - lesson 05's finished work, as a library for the later RC lessons.
+ *
+ * Lesson 05 builds it by hand: open the device, create a PD, a CQ and an RC
+ * QP, move the QP to INIT; swap QP addresses over TCP, move it to RTR and
+ * RTS, and meet the peer at the 'R' barrier; wait for completions; tear it
+ * all down. Lessons 06 and 07 link rc.c (their lesson.mk says so) and keep
+ * only their own subject: the memory region and its access, the work
+ * request, the memcmp().
+ *
+ * Like pyverbs' RCResources: what a lesson varies is in struct rc_params;
+ * everything else is lesson 05's (grader/selftest/test_course.py checks
+ * that rc.c sets the same QP attributes as lesson 05's solution).
+ */
+#ifndef RDMA_COURSE_RC_H
+#define RDMA_COURSE_RC_H
+
+#include "course.h"
+
+/*
+ * What a lesson chooses about its QP:
+ *   access              qp_access_flags (INIT): what the peer may do
+ *   max_rd_atomic       (RTS) READs this QP may have outstanding
+ *   max_dest_rd_atomic  (RTR) READs from the peer it serves at once
+ *   max_send_wr         send queue depth (the CQ holds both queues)
+ *   max_recv_wr         receive queue depth
+ */
+struct rc_params {
+	unsigned int access;
+	uint8_t max_rd_atomic;
+	uint8_t max_dest_rd_atomic;
+	uint32_t max_send_wr;
+	uint32_t max_recv_wr;
+};
+
+/* One RC connection: every verbs object and the TCP side channel. */
+struct rc_ctx {
+	struct ibv_context *context;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq; /* for both queues */
+	struct ibv_qp *qp;
+	struct rc_params params;
+	int ib_port;
+	int gid_index;
+	int timeout; /* seconds any one wait may take */
+	int oob_fd;  /* the TCP connection to the peer, -1 before */
+};
+
+/*
+ * Open the device of @o, pick its GID, create a PD, a CQ and an RC QP with
+ * @p's queue depths, and move the QP to INIT with @p->access. Returns NULL
+ * (message printed) on failure. Undone by rc_close().
+ */
+struct rc_ctx *rc_open(const struct course_opts *o, const struct rc_params *p);
+
+/*
+ * Connect to the peer: fill the QP part of @mine (LID, QPN, a random PSN,
+ * GID; the buffer fields are the caller's), connect to HOST (o->host) or
+ * accept a client (printing "listening on port N"), exchange @mine for
+ * @theirs, print both ("local: ..." / "remote: ..."), move the QP to RTR and
+ * RTS, wait for the peer at the 'R' barrier and print "connected".
+ * Returns 0, or -1 (message printed).
+ */
+int rc_connect(struct rc_ctx *rc, const struct course_opts *o,
+	       struct qp_info *mine, struct qp_info *theirs);
+
+/*
+ * Wait for one successful completion (course_wait_wc() with the peer-gone
+ * report). Returns 0 with *wc filled, or -1 (message printed).
+ */
+int rc_wait_wc(struct rc_ctx *rc, struct ibv_wc *wc, const char *what);
+
+/* Destroy what rc_open() created and close the TCP connection. 0 or -1. */
+int rc_close(struct rc_ctx *rc);
+
+#endif /* RDMA_COURSE_RC_H */
