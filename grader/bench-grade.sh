@@ -46,7 +46,7 @@ if [ "$backend" = vm ]; then
 	vm-setup/microvm/run.sh --down >/dev/null
 	RXE_VM_COLD=0 vm-setup/microvm/run.sh --up >/dev/null || warm_rc=1
 	cold=() warm=()
-	for i in 1 2; do
+	for _ in 1 2; do
 		for mode in 1 0; do
 			a=$(date +%s%N)
 			RXE_VM_COLD=$mode make --no-print-directory grade LESSON=05 SRC=solutions >"$out/l05.log" 2>&1 || warm_rc=1

@@ -209,6 +209,7 @@ accel: kvm"
 	assert_success
 	assert_output "kvm: fail: qemu-system-x86_64: error: failed to set MSR 0x10a to 0x0
 accel: tcg"
+	# shellcheck disable=SC2154 # run --separate-stderr sets $stderr
 	[[ "$stderr" != *"unbound variable"* ]]
 	# RXE_VM_VERBOSE=1 says why on every run (the verdict is cached).
 	RXE_VM_VERBOSE=1 FAKE_KVM=fail run --separate-stderr "$COURSE/vm-setup/microvm/run.sh" --accel
