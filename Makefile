@@ -4,6 +4,7 @@
 #                        grade SRC (default: skeletons, your work) on an rxe device;
 #                        TEST= only the tests whose name or title has NAME,
 #                        V=1 every failure in full (default: each lesson's first)
+#   make watch LESSON=NN [SRC=DIR]  grade the lesson again on every save (Ctrl-C stops)
 #   make status          where you stand: one line per lesson from the last grading
 #   make help            this list
 #   make test            the course's own tests (grader, scripts, self-check)
@@ -35,7 +36,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: help status grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade deps clean
+.PHONY: help status watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade deps clean
 
 comma := ,
 grade:
@@ -50,6 +51,10 @@ help:
 
 status:
 	@$(PYTHON) -m grader status
+
+watch:
+	@$(if $(LESSON),,$(error usage: make watch LESSON=NN [SRC=DIR]))
+	@grader/watch.sh '$(LESSON)' '$(SRC)'
 
 test:
 	@grader/selftest/run-all.sh

@@ -17,6 +17,8 @@ PACKAGES=(
 	python3 python3-pytest python3-pytest-timeout bats bats-support bats-assert
 	# trusted peers in the grader: rdma-core's Python binding
 	python3-pyverbs
+	# make watch
+	inotify-tools
 	# the micro-VM: QEMU, a static busybox for its initramfs, cpio
 	qemu-system-x86 busybox-static cpio
 	# lesson tools: plots, leak checks, dropping privileges (setpriv)

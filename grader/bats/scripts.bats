@@ -231,3 +231,22 @@ accel: tcg"
 	assert_output --partial "failed to set MSR 0x10a"
 	refute_output --partial "PASS  KVM"
 }
+
+@test "make watch: grades, then grades again when a file of the lesson is saved" {
+	command -v inotifywait || fail "inotify-tools is missing (make deps)"
+	src="$BATS_TEST_TMPDIR/work"
+	mkdir -p "$src"
+	cp -r "$COURSE/skeletons/04-work-requests" "$src/"
+	log="$BATS_TEST_TMPDIR/watch.log"
+	make -C "$COURSE" --no-print-directory watch LESSON=04 SRC="$src" >"$log" 2>&1 3>&- &
+	watcher=$!
+	wait_for() { for _ in $(seq 300); do grep -q "$1" "$log" && return 0; sleep 0.1; done; return 1; }
+	wait_for "waiting for a change" || { kill "$watcher"; cat "$log"; fail "no first grading"; }
+	grep -q "Score: 0/14" "$log"
+	cp "$COURSE/solutions/04-work-requests/worksheet.c" "$src/04-work-requests/"
+	wait_for "Score: 14/14" || { kill "$watcher"; cat "$log"; fail "no regrade after the save"; }
+	pkill -INT -P "$watcher" 2>/dev/null
+	kill "$watcher" 2>/dev/null
+	pkill -f "grader/watch.sh 04 $src" || true
+	pkill -f "inotifywait.*$src" || true
+}
