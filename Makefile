@@ -6,6 +6,7 @@
 #                        V=1 every failure in full (default: each lesson's first)
 #   make watch LESSON=NN [SRC=DIR]  grade the lesson again on every save (Ctrl-C stops)
 #   make status          where you stand: one line per lesson from the last grading
+#   make hint LESSON=NN [TEST=NAME]  the next hint for the lesson's first failing test
 #   make help            this list
 #   make test            the course's own tests (grader, scripts, self-check)
 #   make lint            shellcheck + clang-format (make test runs it too)
@@ -36,7 +37,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: help status watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade deps clean
+.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade deps clean
 
 comma := ,
 grade:
@@ -51,6 +52,10 @@ help:
 
 status:
 	@$(PYTHON) -m grader status
+
+hint:
+	@$(if $(LESSON),,$(error usage: make hint LESSON=NN [TEST=NAME]))
+	@$(PYTHON) -m grader hint --lesson='$(LESSON)' $(if $(TEST),--test='$(TEST)')
 
 watch:
 	@$(if $(LESSON),,$(error usage: make watch LESSON=NN [SRC=DIR]))
@@ -84,7 +89,7 @@ plot:
 	@$(if $(LESSON),,$(error usage: make plot LESSON=NN))
 	@test -x $(call lesson_dir,$(LESSON))/plot.sh || \
 		{ echo "lesson $(LESSON) has nothing to plot"; exit 2; }
-	@$(MAKE) --no-print-directory build LESSON=$(LESSON) SRC=$(SRC)
+	@$(MAKE) -s --no-print-directory build LESSON=$(LESSON) SRC=$(SRC)
 	@$(WITH_RXE) $(call lesson_dir,$(LESSON))/plot.sh \
 		$(call build_out,$(LESSON)) build/plots
 

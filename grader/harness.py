@@ -138,12 +138,18 @@ class Result:
                 out.append(f"{name}: (empty)")
         return "\n".join(out)
 
-    def ok(self, what=None):
-        """Fail unless the command exited 0."""
+    def ok(self, what=None, peer=None, peer_name="the other side"):
+        """Fail unless the command exited 0. With `peer` (the Result of the
+        program it talked to), the failure shows that side's end too: the
+        line that explains a two-process failure is often the other's."""
         if self.returncode != 0 or self.timed_out:
             head = f"{what}: " if what else ""
+            tail = ""
+            if peer is not None:
+                tail = (f"\n{peer_name}: {peer.status()}\n"
+                        + peer.describe(lines=8).split("\n", 2)[2])
             raise GradeFailure(f"{head}expected exit status 0, got: "
-                               f"{self.status()}\n{self.describe()}")
+                               f"{self.status()}\n{self.describe()}{tail}")
         return self
 
     def fails(self, code=None, what=None):

@@ -41,9 +41,11 @@ def pair(build, rdma, prog, server_args, client_args):
 
 def both_ok(build, rdma, prog, run, args):
     """Both sides of @run (a Pair of @prog given @args) exited 0."""
-    run.server.ok("server: " + build.command(prog, "--port", "0", *args))
+    run.server.ok("server: " + build.command(prog, "--port", "0", *args),
+                  peer=run.client, peer_name="client")
     run.client.ok("client: " + build.command(prog, "--port", "PORT", *args,
-                                             host(rdma)))
+                                             host(rdma)),
+                  peer=run.server, peer_name="server")
 
 
 def advertised(server):

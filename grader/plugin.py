@@ -54,8 +54,15 @@ class Lesson:
         self.build_log = ""
         self.warnings = ""
 
+    def hints(self, test_name):
+        """The test's hints, in tiers: a failure shows the first, `make
+        hint` the next ones (lesson.toml: a string, or a list of strings)."""
+        h = self.meta.get("hints", {}).get(test_name) or self.meta.get("hint")
+        return [h] if isinstance(h, str) else list(h or [])
+
     def hint(self, test_name):
-        return self.meta.get("hints", {}).get(test_name) or self.meta.get("hint")
+        tiers = self.hints(test_name)
+        return tiers[0] if tiers else None
 
 
 def find_lessons(course):
@@ -492,12 +499,15 @@ class Grader:
         when = time.strftime("%Y-%m-%d %H:%M")
         for num in sorted({n for n, _, _ in self.items.values()}):
             got, total = self.subtotal(num)
-            first = next((title for nid, (n, _, title) in self.items.items()
+            first = next((nid for nid, (n, _, _) in self.items.items()
                           if n == num and not self.outcome.get(
-                              nid, {}).get("passed")), "")
+                              nid, {}).get("passed")), None)
             status[self.lesson(num).name] = {
                 "got": got, "total": total, "when": when,
-                "src": str(self.src), "first_failing": first}
+                "src": str(self.src),
+                "first_failing": self.items[first][2] if first else "",
+                "first_failing_test": (first.split("::")[-1].split("[")[0]
+                                       if first else "")}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(status, indent=2) + "\n")

@@ -86,8 +86,8 @@ def test_server_verifies(build, rdma, normal):
                 f"{srv.stderr.strip()}")
     expect_line(cli.stdout, f"client: server verified {SIZE} bytes: match",
                 f"the server's verdict as the client reports it\n  {how}")
-    srv.ok("cm_server")
-    cli.ok("cm_client")
+    srv.ok("cm_server", peer=cli, peer_name="cm_client")
+    cli.ok("cm_client", peer=srv, peer_name="cm_server")
 
 
 def _active_mtu(build, rdma):
