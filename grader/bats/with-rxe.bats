@@ -139,3 +139,21 @@ PY
 	assert_failure
 	[ ! -e "$state" ]
 }
+
+@test "two clones, one fresh cache, at the same time: one build, both run" {
+	deb=$(ls "${XDG_CACHE_HOME:-$HOME/.cache}"/rdma-course/microvm/debs/*.deb | head -n 1)
+	[ -n "$deb" ] || fail "no cached kernel package (setup_file fetches it)"
+	git clone -q "$COURSE" "$BATS_TEST_TMPDIR/c1"
+	git clone -q "$COURSE" "$BATS_TEST_TMPDIR/c2"
+	export RXE_VM_CACHE="$BATS_TEST_TMPDIR/cache" RXE_VM_KERNEL_DEB="$deb" RXE_VM_ACCEL=tcg RXE_VM_COLD=1
+	for c in c1 c2; do
+		"$BATS_TEST_TMPDIR/$c/vm-setup/with-rxe" bash -c "echo $c \$RDMA_DEVICE" \
+			>"$BATS_TEST_TMPDIR/$c.out" 2>"$BATS_TEST_TMPDIR/$c.err" 3>&- &
+	done
+	wait
+	[ "$(cat "$BATS_TEST_TMPDIR/c1.out")" = "c1 rxe0" ]
+	[ "$(cat "$BATS_TEST_TMPDIR/c2.out")" = "c2 rxe0" ]
+	# Built once, by whichever came first; the other waited and reused it.
+	[ "$(cat "$BATS_TEST_TMPDIR"/c?.err | grep -c 'ready in')" = 1 ]
+	[ "$(find "$RXE_VM_CACHE" -maxdepth 1 -name 'vm-*' | wc -l)" = 1 ]
+}

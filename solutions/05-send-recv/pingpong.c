@@ -236,7 +236,8 @@ static int fill_info(struct pp_ctx *ctx, struct qp_info *info)
 	memset(info, 0, sizeof(*info));
 	/* TODO 1: fill info->lid (ibv_query_port), info->qpn (the QP's
 	 * qp_num), info->psn (lrand48() & 0xffffff) and info->gid
-	 * (ibv_query_gid); set ret to 0, or to an errno value on failure. */
+	 * (ibv_query_gid); set ret to 0, or on failure to the errno value:
+	 * ibv_query_port returns it, ibv_query_gid returns -1 and sets errno. */
 	struct ibv_port_attr port;
 
 	ret = ibv_query_port(ctx->context, ctx->ib_port, &port);
