@@ -34,9 +34,9 @@ setup() {
 
 @test "micro-VM: a hung command is killed at RXE_VM_TIMEOUT and named (exit 124)" {
 	# TMPDIR puts this run's directory, named on QEMU's command line, here.
-	TMPDIR=$BATS_TEST_TMPDIR RXE_VM_TIMEOUT=45 run "$COURSE/vm-setup/with-rxe" --backend vm sleep 600
+	TMPDIR=$BATS_TEST_TMPDIR RXE_VM_TIMEOUT=20 run "$COURSE/vm-setup/with-rxe" --backend vm sleep 600
 	assert_failure 124
-	assert_output --partial "did not finish within 45 s"
+	assert_output --partial "did not finish within 20 s"
 	assert_output --partial "sleep 600"
 	run pgrep -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
 	assert_failure

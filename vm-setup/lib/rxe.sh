@@ -59,3 +59,9 @@ rxe_wait_ready() {
 		sleep 0.05
 	done
 }
+
+# rxe_vm_env - the caller's exported environment as bash source for the
+# guest, less what names this host's session.
+rxe_vm_env() {
+	export -p | grep -Ev '^declare -x (BASH_[A-Z_]*|HOSTNAME|OLDPWD|PWD|SHLVL|TMPDIR|_|DISPLAY|XAUTHORITY|SSH_[A-Z_]*|DBUS_[A-Z_]*)(=|$)'
+}

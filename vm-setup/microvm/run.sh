@@ -26,6 +26,7 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/rxe.sh"
 course=$(cd "$here/../.." && pwd)
 cache=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-course/microvm}
 timeout=${RXE_VM_TIMEOUT:-}
@@ -135,8 +136,7 @@ verbose=${RXE_VM_VERBOSE:-0}
 	printf '%q ' "$@"
 	printf ')\n'
 } >"$run/spec.sh"
-# The caller's exported environment, less what names this host's session.
-export -p | grep -Ev '^declare -x (BASH_[A-Z_]*|HOSTNAME|OLDPWD|PWD|SHLVL|TMPDIR|_|DISPLAY|XAUTHORITY|SSH_[A-Z_]*|DBUS_[A-Z_]*)(=|$)' >"$run/env.sh"
+rxe_vm_env >"$run/env.sh"
 
 # The ELF kernel boots through PVH, faster than the bzImage (see build.sh).
 kernel=$entry/vmlinux

@@ -13,6 +13,7 @@
 # RXE_VM_TIMEOUT applies as in run.sh (exit 124, the command killed).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/rxe.sh"
 course=$(cd "$here/../.." && pwd -P)
 cache=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-course/microvm}
 state="$cache/warm/$(printf '%s' "$course" | sha256sum | cut -c1-16)"
@@ -73,7 +74,7 @@ job() {
 		printf '%q ' "$@"
 		printf ')\n'
 	} >"$j/spec.sh"
-	export -p | grep -Ev '^declare -x (BASH_[A-Z_]*|HOSTNAME|OLDPWD|PWD|SHLVL|TMPDIR|_|DISPLAY|XAUTHORITY|SSH_[A-Z_]*|DBUS_[A-Z_]*)(=|$)' >"$j/env.sh"
+	rxe_vm_env >"$j/env.sh"
 	: >"$j/stdout"
 	: >"$j/stderr"
 	: >"$j/go"
