@@ -87,6 +87,7 @@ if [ "${SERVE:-0}" = 1 ]; then
 	# tick (under TCG an idle loop of forks costs the host half a core).
 	$BB mkfifo /run/rxe-vm-tick
 	exec 7<>/run/rxe-vm-tick
+	: >"$RUN/heartbeat"
 	: >"$RUN/ready"
 	idle=0 tick=0
 	while [ $idle -lt $((IDLE * 10)) ]; do
