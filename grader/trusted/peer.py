@@ -105,6 +105,8 @@ class Session:
             self.result["ok"] = self.result["error"] is None
         except (PeerGone, WcError, OSError) as err:
             self.result["error"] = str(err)
+        except Exception as err:            # pyverbs' errors: still report
+            self.result["error"] = f"{type(err).__name__}: {err}"
         finally:
             if self.sock:
                 self.sock.close()
@@ -194,7 +196,7 @@ class Session:
                              e.IBV_ACCESS_REMOTE_WRITE,
                              e.IBV_ACCESS_REMOTE_WRITE)
         res.write(bytes(a.size))
-        res.post_recv(WRID_RECV, num_sge=0)
+        res.post_recv(WRID_RECV, length=0)
         self.meet(res, res.advertise())
         wc = res.poll("waiting for the program's RDMA WRITE", a.timeout,
                       self.sock)

@@ -103,13 +103,12 @@ class RcResources:
 
     # ---- work requests ------------------------------------------------------
 
-    def post_recv(self, wr_id, offset=0, length=None, num_sge=1):
+    def post_recv(self, wr_id, offset=0, length=None):
+        """A receive for `length` bytes at `offset` (length 0: for an
+        immediate only; pyverbs wants one SGE even then)."""
         length = self.size if length is None else length
-        if num_sge:
-            sge = SGE(self.mr.buf + offset, length, self.mr.lkey)
-            self.qp.post_recv(RecvWR(wr_id=wr_id, num_sge=1, sg=[sge]))
-        else:
-            self.qp.post_recv(RecvWR(wr_id=wr_id, num_sge=0))
+        sge = SGE(self.mr.buf + offset, length, self.mr.lkey)
+        self.qp.post_recv(RecvWR(wr_id=wr_id, num_sge=1, sg=[sge]))
 
     def post_send(self, wr_id, opcode, offset=0, length=None, remote=None,
                   imm=None):
