@@ -22,9 +22,12 @@ protocol requires.
 import argparse
 import json
 import os
+import secrets
 import socket
+import struct
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -37,11 +40,13 @@ if __package__ in (None, ""):
     sys.modules["grader"] = _pkg
     __package__ = "grader.trusted"
 
+import pyverbs.cm_enums as ce                                   # noqa: E402
 import pyverbs.enums as e                                       # noqa: E402
 
 from grader.trusted import oob, patterns                        # noqa: E402
 from grader.trusted.oob import PeerGone                         # noqa: E402
-from grader.trusted.verbs import RcResources, WcError           # noqa: E402
+from grader.trusted.verbs import (WC_STATUS, RcResources,       # noqa: E402
+                                  WcError)
 
 WRID_SEND, WRID_RECV = 0, 1
 
@@ -276,10 +281,198 @@ class Session:
         self.finish()
 
 
+# ---- lesson 08: rdma_cm --------------------------------------------------------
+
+# struct cm_msg in lessons/08-rdma-cm/cm_common.h, big-endian on the wire.
+CM_MSG = struct.Struct("!IIQII")
+CM_BUF, CM_DONE, CM_VERDICT = 1, 2, 3
+
+
+class CmSession(Session):
+    """Lesson 08's protocol (its README, "The protocol"), over rdma_cm in
+    pyverbs' synchronous mode: messages are SENDs of struct cm_msg, data
+    moves by RDMA WRITE/READ. Completions are polled on our own CQ, every
+    wait bounded."""
+
+    def open_channel(self):
+        pass                                    # no TCP in this lesson
+
+    def setup(self, cmid, ctx, pd, size):
+        from pyverbs.cq import CQ
+        from pyverbs.mr import MR
+        from pyverbs.qp import QPCap, QPInitAttr
+        self.cmid, self.pd = cmid, pd
+        self.cq = CQ(ctx, 16)
+        cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1,
+                    max_recv_sge=1)
+        cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq,
+                                  rcq=self.cq, cap=cap, sq_sig_all=0))
+        local = e.IBV_ACCESS_LOCAL_WRITE
+        self.out_mr = MR(self.pd, CM_MSG.size, local)
+        self.in_mrs = [MR(self.pd, CM_MSG.size, local) for _ in range(2)]
+        self.buf = MR(self.pd, size, local | e.IBV_ACCESS_REMOTE_WRITE |
+                      e.IBV_ACCESS_REMOTE_READ)
+        self.check = MR(self.pd, size, local)
+        self.size = size
+        for mr in self.in_mrs:
+            cmid.post_recv(mr, CM_MSG.size)
+        self.recvs = 0
+        self.early = []
+
+    def poll(self, what, want_opcode):
+        """The next completion of kind `want_opcode` (one CQ holds sends
+        and receives: the others wait in self.early)."""
+        for wc in self.early:
+            if wc.opcode == want_opcode:
+                self.early.remove(wc)
+                return wc
+        deadline = time.monotonic() + self.args.timeout
+        while True:
+            n, wcs = self.cq.poll()
+            if n:
+                wc = wcs[0]
+                if wc.status != e.IBV_WC_SUCCESS:
+                    raise WcError(f"{what}: completion error: "
+                                  f"{WC_STATUS.get(wc.status, wc.status)} "
+                                  f"(status {wc.status})")
+                if wc.opcode == want_opcode:
+                    return wc
+                self.early.append(wc)
+                continue
+            if time.monotonic() > deadline:
+                raise WcError(f"{what}: no completion within "
+                              f"{self.args.timeout} s")
+            time.sleep(0.0005)
+
+    def send_msg(self, mtype, status=0, addr=0, rkey=0, length=0):
+        self.out_mr.write(CM_MSG.pack(mtype, status, addr, rkey, length),
+                          CM_MSG.size, 0)
+        self.cmid.post_send(self.out_mr, e.IBV_SEND_SIGNALED, CM_MSG.size)
+        self.poll("SEND", e.IBV_WC_SEND)
+
+    def recv_msg(self, mtype):
+        wc = self.poll("RECV", e.IBV_WC_RECV)
+        mr = self.in_mrs[self.recvs % 2]
+        self.recvs += 1
+        msg = CM_MSG.unpack(mr.read(CM_MSG.size, 0))
+        if wc.byte_len != CM_MSG.size or msg[0] != mtype:
+            raise PeerGone(f"RECV: expected message type {mtype} "
+                           f"({CM_MSG.size} bytes), got type {msg[0]} "
+                           f"({wc.byte_len} bytes)")
+        return msg
+
+    def rdma(self, opcode, mr, addr, rkey, what):
+        post = (self.cmid.post_write if opcode == e.IBV_WR_RDMA_WRITE
+                else self.cmid.post_read)
+        post(mr, self.size, addr, rkey, e.IBV_SEND_SIGNALED)
+        self.poll(what, e.IBV_WC_RDMA_WRITE if opcode == e.IBV_WR_RDMA_WRITE
+                  else e.IBV_WC_RDMA_READ)
+
+    def note_remote_qp(self):
+        attr, _ = self.cmid.query_qp(e.IBV_QP_DEST_QPN | e.IBV_QP_STATE)
+        self.remote_qpn = attr.dest_qp_num
+        self.result["theirs"] = {"qpn": attr.dest_qp_num}
+        self.result["remote_qp"] = kernel_qp(attr.dest_qp_num)
+
+    def lesson08_server(self):
+        """Receive the client's BUF, advertise a zeroed buffer of that
+        length, and after DONE READ the client's source ourselves and compare
+        it with what the client's WRITE left in our buffer."""
+        from pyverbs.cmid import CMID, AddrInfo, ConnParam
+        a, r = self.args, self.result
+        for _ in range(20):
+            port = a.port or 20000 + secrets.randbelow(40000)
+            try:
+                ai = AddrInfo(src=a.host, src_service=str(port),
+                              port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE)
+                listener = CMID(creator=ai)
+                listener.listen()
+                break
+            except Exception:                   # port taken: another one
+                if a.port:
+                    raise
+        self.out(f"listening on port {port}")
+        cmid = listener.get_request()
+        # pyverbs keeps the new connection's context and PD on the listener
+        self.setup(cmid, listener.context, listener.pd, a.size)
+        self.buf.write(bytes(a.size), a.size, 0)
+        cmid.accept(ConnParam(resources=1, depth=1))
+        self.note_remote_qp()
+        _, _, caddr, crkey, clen = self.recv_msg(CM_BUF)
+        if clen != a.size:
+            raise PeerGone(f"the client's BUF says {clen} bytes, expected "
+                           f"{a.size} (its -s)")
+        self.send_msg(CM_BUF, 0, self.buf.buf, self.buf.rkey, a.size)
+        _, client_verdict, _, _, _ = self.recv_msg(CM_DONE)
+        r["client_status"] = client_verdict
+        self.rdma(e.IBV_WR_RDMA_READ, self.check, caddr, crkey, "RDMA READ")
+        src, got = self.check.read(a.size, 0), self.buf.read(a.size, 0)
+        bad = patterns.first_mismatch(got, src)
+        r["mismatch"] = bad
+        r["nonzero_bytes"] = a.size - got.count(0)
+        self.send_msg(CM_VERDICT, 0 if bad is None else 1, bad or 0)
+        # The client disconnects after the verdict (its QP leaves RTS);
+        # answer its DREQ as lesson 08's server does.
+        deadline = time.monotonic() + a.timeout
+        while time.monotonic() < deadline:
+            q = kernel_qp(self.remote_qpn)
+            if not q or q.get("state") != "RTS":
+                break
+            time.sleep(0.05)
+        cmid.disconnect()
+
+    def lesson08_client(self):
+        """Play the client: BUF (a random source), WRITE it into the server's
+        buffer, READ it back, then (when told to) change one byte of the
+        source at a random offset, and send DONE with status 0 - the
+        server's verdict must come from its own READ."""
+        from pyverbs.cmid import (CMID, AddrInfo, CMEvent, CMEventChannel,
+                                  ConnParam)
+        a, r = self.args, self.result
+        ch = CMEventChannel()
+
+        def event(want, what):
+            ev = CMEvent(ch)
+            got = ev.event_type
+            ev.ack_cm_event()
+            if got != want:
+                raise PeerGone(f"{what}: rdma_cm event {got}, expected "
+                               f"{want}")
+
+        cmid = CMID(creator=ch, port_space=ce.RDMA_PS_TCP)
+        ai = AddrInfo(dst=a.host, dst_service=str(a.port),
+                      port_space=ce.RDMA_PS_TCP)
+        cmid.resolve_addr(ai, 2000)
+        event(ce.RDMA_CM_EVENT_ADDR_RESOLVED, "rdma_resolve_addr")
+        cmid.resolve_route(2000)
+        event(ce.RDMA_CM_EVENT_ROUTE_RESOLVED, "rdma_resolve_route")
+        self.setup(cmid, cmid.context, cmid.pd, a.size)
+        src = secrets.token_bytes(a.size)
+        self.buf.write(src, a.size, 0)
+        cmid.connect(ConnParam(resources=1, depth=1))
+        event(ce.RDMA_CM_EVENT_ESTABLISHED, "rdma_connect")
+        self.note_remote_qp()
+        self.send_msg(CM_BUF, 0, self.buf.buf, self.buf.rkey, a.size)
+        _, _, saddr, srkey, slen = self.recv_msg(CM_BUF)
+        if slen < a.size:
+            raise PeerGone(f"the server's BUF says {slen} bytes, need "
+                           f"{a.size}")
+        self.rdma(e.IBV_WR_RDMA_WRITE, self.buf, saddr, srkey, "RDMA WRITE")
+        self.rdma(e.IBV_WR_RDMA_READ, self.check, saddr, srkey, "RDMA READ")
+        r["readback_ok"] = self.check.read(a.size, 0) == src
+        if a.corrupt_offset is not None:
+            self.buf.write(patterns.corrupt(src, a.corrupt_offset), a.size, 0)
+            r["corrupted"] = {"offset": a.corrupt_offset}
+        self.send_msg(CM_DONE, 0)
+        _, status, addr, _, _ = self.recv_msg(CM_VERDICT)
+        r["server_verdict"] = {"status": status, "offset": addr}
+        cmid.disconnect()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="peer.py", description=__doc__.split(
         "\n\n")[0])
-    p.add_argument("lesson", choices=["05", "06", "07"])
+    p.add_argument("lesson", choices=["05", "06", "07", "08"])
     p.add_argument("role", choices=["server", "client"])
     p.add_argument("--host", default=os.environ.get("RDMA_IP", "localhost"))
     p.add_argument("--port", type=int, default=0)
@@ -291,7 +484,8 @@ def main(argv=None):
     p.add_argument("--timeout", type=int, default=10)
     p.add_argument("--corrupt-msg", type=int, default=None)
     p.add_argument("--corrupt-offset", type=int, default=None)
-    return Session(p.parse_args(argv)).run()
+    args = p.parse_args(argv)
+    return (CmSession if args.lesson == "08" else Session)(args).run()
 
 
 if __name__ == "__main__":
