@@ -15,8 +15,9 @@ rdma_cm through pyverbs.cmid).
 import pytest
 
 from grader import GradeFailure, expect_line, points
-from grader.trusted.run import (expect_owner, expect_peer_ok, rand_between,
-                                start_client, start_server, verdict)
+from grader.trusted.run import (after, expect_owner, expect_peer_ok,
+                                rand_between, start_client, start_server,
+                                verdict)
 
 SERVER, CLIENT = "cm_server", "cm_client"
 T = "10"
@@ -35,7 +36,7 @@ def as_client(build, rdma):
                          rdma.ip, ready=None) as cli:
             pid = cli.proc.pid
             res = cli.wait()
-        v = verdict(peer)
+        v = verdict(peer, timeout=after(res), other=res)
     return res, pid, v, size
 
 

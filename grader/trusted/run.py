@@ -32,18 +32,31 @@ def start_client(lesson, *opts, timeout=40):
     return harness.start(peer_cmd(lesson, "client", *opts), timeout=timeout)
 
 
-def verdict(proc, timeout=40):
+def verdict(proc, timeout=40, other=None):
     """Wait for the peer; its `peer-result` as a dict (`_cmd`: the peer's
-    command line, for messages)."""
+    command line, for messages). `other`: the Result of the program under
+    test, when it has ended (shown if the peer has no verdict)."""
     res = proc.wait(timeout=timeout)
     for line in res.stdout.splitlines():
         if line.startswith("peer-result "):
             out = json.loads(line.split(" ", 1)[1])
             out["_cmd"] = res.command
             return out
+    if other is not None:
+        raise GradeFailure(f"the program {other.status()} before the "
+                           f"reference peer could finish the protocol with "
+                           f"it\n{other.describe()}\nreference peer: "
+                           f"{res.command}")
     raise GradeFailure(f"the reference peer ended without its verdict "
                        f"(a grader problem, or the program under test made "
                        f"it wait too long)\n{res.describe()}")
+
+
+def after(res):
+    """How long the peer may still take once the program has ended: a
+    moment to report, less when the program failed (it may never have
+    connected, and the peer would wait for it)."""
+    return 15 if res.returncode == 0 else 4
 
 
 def expect_peer_ok(v, what):
@@ -76,7 +89,7 @@ def client_vs_peer(build, rdma, lesson, prog, peer_opts, client_args):
                          host(rdma), ready=None) as client:
             pid = client.proc.pid
             res = client.wait()
-        v = verdict(peer)
+        v = verdict(peer, timeout=after(res), other=res)
     return res, pid, v
 
 
