@@ -14,6 +14,9 @@
  *   get_device_guid node_guid=0x...
  *   post_send qpn=Q opcode=O len=N
  *   poll_cq wc opcode=O status=S len=N
+ *   query_qp qpn=Q state=S
+ *
+ * $VERBS_SPY_PAYLOAD and $VERBS_SPY_STOP_AT_RTS: see post_send, query_qp.
  *
  * $VERBS_SPY_NODE_GUID=HEX makes ibv_get_device_guid() and
  * ibv_query_device() return that node GUID:
@@ -29,6 +32,7 @@
 #include <infiniband/verbs.h>
 #undef ibv_reg_mr /* the header makes it a macro: wrap the function */
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -166,6 +170,40 @@ __be64 ibv_get_device_guid(struct ibv_device *device)
 	return v;
 }
 
+/*
+ * ibv_query_qp: the state the device really reported. With
+ * $VERBS_SPY_STOP_AT_RTS=N the program stops itself (SIGSTOP) once N
+ * different QPs have been queried in RTS, so that the grader can ask the
+ * kernel about them (rdma resource show qp) while they exist; it continues
+ * with SIGCONT.
+ */
+int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+		 struct ibv_qp_init_attr *init_attr)
+{
+	static uint32_t rts_qpns[16];
+	static int n_rts, stopped;
+	const char *stop = getenv("VERBS_SPY_STOP_AT_RTS");
+	int rc, i;
+
+	REAL(ibv_query_qp);
+	rc = real(qp, attr, attr_mask, init_attr);
+	if (rc || !(attr_mask & IBV_QP_STATE))
+		return rc;
+	record("query_qp qpn=%u state=%d\n", qp->qp_num, attr->qp_state);
+	if (!stop || stopped || attr->qp_state != IBV_QPS_RTS)
+		return rc;
+	for (i = 0; i < n_rts && rts_qpns[i] != qp->qp_num; i++)
+		;
+	if (i == n_rts && n_rts < 16)
+		rts_qpns[n_rts++] = qp->qp_num;
+	if (n_rts >= atoi(stop)) {
+		stopped = 1;
+		record("stopped\n");
+		raise(SIGSTOP);
+	}
+	return rc;
+}
+
 /* ---- the data path, through the context's ops table ---------------------- */
 
 static int (*real_post_send)(struct ibv_qp *, struct ibv_send_wr *,
@@ -179,11 +217,26 @@ static int spy_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 	uint32_t len;
 	int i;
 
+	const char *payload = getenv("VERBS_SPY_PAYLOAD");
+	size_t off;
+
 	for (w = wr; w; w = w->next) {
 		for (len = 0, i = 0; i < w->num_sge; i++)
 			len += w->sg_list[i].length;
 		record("post_send qpn=%u opcode=%d len=%u\n", qp->qp_num,
 		       w->opcode, len);
+		/* $VERBS_SPY_PAYLOAD replaces the bytes of a SEND of its
+		 * length: the receiver must show the grader's bytes. */
+		if (payload && strlen(payload) == len &&
+		    (w->opcode == IBV_WR_SEND ||
+		     w->opcode == IBV_WR_SEND_WITH_IMM)) {
+			for (off = 0, i = 0; i < w->num_sge; i++) {
+				memcpy((void *)(uintptr_t)w->sg_list[i].addr,
+				       payload + off, w->sg_list[i].length);
+				off += w->sg_list[i].length;
+			}
+			record("payload replaced\n");
+		}
 	}
 	return real_post_send(qp, wr, bad);
 }
