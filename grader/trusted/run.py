@@ -56,7 +56,7 @@ def after(res):
     """How long the peer may still take once the program has ended: a
     moment to report, less when the program failed (it may never have
     connected, and the peer would wait for it)."""
-    return 15 if res.returncode == 0 else 4
+    return 15 if res.returncode == 0 else 2.5
 
 
 def expect_peer_ok(v, what):
