@@ -4,9 +4,9 @@ solution with the fake marked CHEAT). Each cheat must lose exactly the
 points it fakes - the tests named in EXPECTED - and keep the rest.
 
 To spend the VM's time once, every cheated lesson is graded in one pytest
-run over one tree, build/selftest-cheats/, whose NN-topic entries link to
-the cheats (no lesson is faked by two classes); the non-device test below
-compiles it on the host first.
+run over one tree, build/selftest-cheats/, whose NN-topic directories are
+copies of the cheats (no lesson is faked by two classes); the non-device
+test below compiles it on the host first.
 """
 
 import os
@@ -94,21 +94,29 @@ CONVINCED = {
 
 
 def make_tree():
-    """build/selftest-cheats/NN-topic -> cheats/CLASS/NN-topic."""
-    TREE.mkdir(parents=True, exist_ok=True)
+    """build/selftest-cheats/NN-topic/: a copy of cheats/CLASS/NN-topic/
+    (copies, not links: the build refuses symbolic links). Files are only
+    rewritten when they changed, so the host's compile is reused."""
     lessons = {}
     for cls, per in EXPECTED.items():
         for lesson in per:
             assert lesson not in lessons, (f"{lesson} is faked by both "
                                            f"{lessons[lesson]} and {cls}")
-            assert (CHEATS / cls / lesson).is_dir(), f"no cheats/{cls}/{lesson}"
+            src = CHEATS / cls / lesson
+            assert src.is_dir(), f"no cheats/{cls}/{lesson}"
             lessons[lesson] = cls
-            link = TREE / lesson
-            target = os.path.relpath(CHEATS / cls / lesson, TREE)
-            if not link.is_symlink() or os.readlink(link) != target:
-                if link.is_symlink():
-                    link.unlink()
-                link.symlink_to(target)
+            dst = TREE / lesson
+            if dst.is_symlink():
+                dst.unlink()
+            dst.mkdir(parents=True, exist_ok=True)
+            names = {f.name for f in src.iterdir() if f.is_file()}
+            for old in dst.iterdir():
+                if old.is_file() and old.name not in names:
+                    old.unlink()
+            for name in names:
+                data = (src / name).read_bytes()
+                if not (dst / name).exists() or (dst / name).read_bytes() != data:
+                    (dst / name).write_bytes(data)
     return lessons
 
 
