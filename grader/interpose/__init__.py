@@ -1,0 +1,77 @@
+"""verbs_spy.so: the interposer the grader preloads into a student's program
+(see verbs_spy.c), and what the tests read back from it.
+
+build_interposer(course) compiles it on demand into build/grader/, once per
+content (a hash stamp, as grader/build.py does for lessons): `python3 -m
+grader build` can call it on the host, where gcc is about ten times faster
+than under the micro-VM's emulation; the grader in the VM reuses the result.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import tempfile
+from pathlib import Path
+
+from .. import harness
+from ..harness import GradeFailure
+
+SOURCE = Path(__file__).resolve().parent / "verbs_spy.c"
+
+
+def build_interposer(course):
+    """Path of build/grader/verbs_spy.so, compiled when the source changed."""
+    out = Path(course) / "build" / "grader"
+    lib, stamp = out / "verbs_spy.so", out / "verbs_spy.json"
+    cmd = ["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-o", str(lib),
+           str(SOURCE), "-libverbs", "-ldl"]
+    key = hashlib.sha256(SOURCE.read_bytes() + shlex.join(cmd).encode()
+                         ).hexdigest()
+    try:
+        if json.loads(stamp.read_text())["key"] == key and lib.exists():
+            return lib
+    except (OSError, ValueError, KeyError):
+        pass
+    out.mkdir(parents=True, exist_ok=True)
+    res = harness.run(cmd, timeout=300, cwd=course)
+    if res.returncode != 0:
+        raise GradeFailure(f"the grader's interposer does not compile (a "
+                           f"grader problem):\n{res.describe()}")
+    stamp.write_text(json.dumps({"key": key, "command": shlex.join(cmd)}))
+    return lib
+
+
+class Spy:
+    """One preloaded run's record: `env` for build.run(), then `calls()`."""
+
+    def __init__(self, lib, **extra):
+        self.dir = tempfile.mkdtemp(prefix="verbs-spy-")
+        os.chmod(self.dir, 0o777)       # the program may run as another user
+        self.log = Path(self.dir) / "calls.log"
+        self.env = {"LD_PRELOAD": str(lib), "VERBS_SPY_LOG": str(self.log),
+                    **{f"VERBS_SPY_{k.upper()}": str(v)
+                       for k, v in extra.items()}}
+
+    def calls(self, kind=None):
+        """[(kind, {field: value})] in call order."""
+        try:
+            text = self.log.read_text()
+        except FileNotFoundError:
+            text = ""
+        out = []
+        for line in text.splitlines():
+            name, *fields = line.split()
+            if kind and name != kind:
+                continue
+            out.append((name, dict(f.split("=", 1) for f in fields
+                                   if "=" in f)))
+        return out
+
+    def describe(self):
+        return " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+
+
+def parse_int(v):
+    return int(v, 0) if re.match(r"^(0x)?[0-9a-fA-F]+$", v) else int(v)

@@ -1,0 +1,191 @@
+"""The grader against programs that skip the real work but print what the
+tests look for (grader/selftest/cheats/CLASS/NN-topic/, each a copy of the
+solution with the fake marked CHEAT). Each cheat must lose exactly the
+points it fakes - the tests named in EXPECTED - and keep the rest.
+
+To spend the VM's time once, every cheated lesson is graded in one pytest
+run over one tree, build/selftest-cheats/, whose NN-topic directories are
+copies of the cheats (no lesson is faked by two classes); the non-device
+test below compiles it on the host first.
+"""
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import COURSE
+
+CHEATS = COURSE / "grader" / "selftest" / "cheats"
+TREE = COURSE / "build" / "selftest-cheats"
+
+# class -> lesson -> the tests it must fail (module: test function). Of the
+# lesson's tests only the reference-peer and interposer modules (*_peer.py,
+# *_spy.py) and the ones named here and in CONVINCED are run.
+EXPECTED = {
+    # The pair agrees with itself: the server never compares, the client
+    # WRITEs zeros of the right length.
+    "self-agreeing": {
+        "06-rdma-write": {
+            "test_06_rdma_write.py::test_short_write",
+            "test_06_rdma_write_peer.py::test_peer_server_memory",
+            "test_06_rdma_write_peer.py::test_peer_client_corrupt",
+        },
+        # The verdict travels inside DONE; the server never READs.
+        "08-rdma-cm": {
+            "test_08_rdma_cm.py::test_one_sided_counters",
+            "test_08_rdma_cm_peer.py::test_peer_client_corrupt",
+        },
+    },
+    # Zeros of the right size on the wire, nothing checked on arrival.
+    "filler": {
+        "05-send-recv": {
+            "test_05_send_recv_peer.py::test_peer_server_checks_pings",
+            "test_05_send_recv_peer.py::test_peer_corrupt_pong",
+            "test_05_send_recv_peer.py::test_peer_client_checks_pongs",
+            "test_05_send_recv_peer.py::test_peer_corrupt_ping",
+        },
+    },
+    # The node GUID copied from sysfs instead of asked of the device.
+    "sysfs-copy": {
+        "01-devices": {"test_01_devices_spy.py::test_guid_from_verbs"},
+    },
+    # Registrations made, timings made up.
+    "fabricated-timings": {
+        "02-memory-regions": {
+            "test_02_memory_regions_spy.py::test_reg_cost_timed"},
+    },
+    # States printed from a counter, B printing --msg.
+    "faked-states": {
+        "03-queue-pairs": {
+            "test_03_queue_pairs.py::test_skip_state",
+            "test_03_queue_pairs_spy.py::test_states_are_real",
+            "test_03_queue_pairs_spy.py::test_message_crossed",
+        },
+    },
+    # The READ carries filler, the payload crosses the TCP side channel.
+    "tcp-payload": {
+        "07-rdma-read": {
+            "test_07_rdma_read_peer.py::test_peer_changed_byte",
+            "test_07_rdma_read_peer.py::test_peer_read_from_client_qp",
+            "test_07_rdma_read_peer.py::test_peer_client_reads",
+        },
+    },
+}
+# Tests of the student-with-student run the cheats pass on purpose (they
+# show the fake is convincing): run them too.
+CONVINCED = {
+    "01-devices": ["test_01_devices.py::test_device_line"],
+    "02-memory-regions": ["test_02_memory_regions.py::test_reg_cost_csv",
+                          "test_02_memory_regions.py::test_reg_cost_grows"],
+    "03-queue-pairs": ["test_03_queue_pairs.py::test_state_sequence",
+                       "test_03_queue_pairs.py::test_send"],
+    "05-send-recv": ["test_05_send_recv.py::test_server_verifies",
+                     "test_05_send_recv.py::test_client_verifies",
+                     "test_05_send_recv.py::test_counters"],
+    "06-rdma-write": ["test_06_rdma_write.py::test_server_memcmp",
+                      "test_06_rdma_write.py::test_one_sided"],
+    "07-rdma-read": ["test_07_rdma_read.py::test_client_memcmp",
+                     "test_07_rdma_read.py::test_one_sided"],
+    "08-rdma-cm": ["test_08_rdma_cm.py::test_server_detects_corruption"],
+}
+
+
+def make_tree():
+    """build/selftest-cheats/NN-topic/: a copy of cheats/CLASS/NN-topic/
+    (copies, not links: the build refuses symbolic links). Files are only
+    rewritten when they changed, so the host's compile is reused."""
+    lessons = {}
+    for cls, per in EXPECTED.items():
+        for lesson in per:
+            assert lesson not in lessons, (f"{lesson} is faked by both "
+                                           f"{lessons[lesson]} and {cls}")
+            src = CHEATS / cls / lesson
+            assert src.is_dir(), f"no cheats/{cls}/{lesson}"
+            lessons[lesson] = cls
+            dst = TREE / lesson
+            if dst.is_symlink():
+                dst.unlink()
+            dst.mkdir(parents=True, exist_ok=True)
+            names = {f.name for f in src.iterdir() if f.is_file()}
+            for old in dst.iterdir():
+                if old.is_file() and old.name not in names:
+                    old.unlink()
+            for name in names:
+                data = (src / name).read_bytes()
+                if not (dst / name).exists() or (dst / name).read_bytes() != data:
+                    (dst / name).write_bytes(data)
+    return lessons
+
+
+def test_every_cheat_class_has_its_tree():
+    classes = {p.name for p in CHEATS.iterdir() if p.is_dir()}
+    assert classes == set(EXPECTED), "cheats/ and EXPECTED disagree"
+    for cls, per in EXPECTED.items():
+        for lesson in per:
+            marked = [c for c in (CHEATS / cls / lesson).glob("*.c")
+                      if "CHEAT" in c.read_text()]
+            assert marked, f"cheats/{cls}/{lesson}: mark the fake CHEAT"
+
+
+def test_cheats_compile():
+    """Compile the cheats here (on the host: fast); the device test's grader
+    reuses the builds."""
+    from grader.build import compile_lesson
+    for lesson in make_tree():
+        rc, out, err, cmd = compile_lesson(COURSE, TREE, lesson)
+        assert rc == 0, f"{cmd}\n{out}{err}"
+
+
+def _node(lesson, test):
+    return f"grader/lessons/{test}"
+
+
+@pytest.mark.device
+@pytest.mark.timeout(900)
+def test_each_cheat_loses_exactly_what_it_fakes(tmp_path):
+    if not os.environ.get("RDMA_DEVICE"):
+        pytest.fail("no RDMA device: run through vm-setup/with-rxe "
+                    "(make test does)")
+    lessons = make_tree()
+    nodes = []
+    for lesson, cls in lessons.items():
+        num = lesson[:2]
+        new = sorted(p for p in (COURSE / "grader/lessons").glob(
+            f"test_{num}_*.py") if p.stem.endswith(("_peer", "_spy")))
+        nodes += [str(p.relative_to(COURSE)) for p in new]
+        nodes += [_node(lesson, t) for t in
+                  sorted(EXPECTED[cls][lesson] | set(CONVINCED.get(lesson, [])))
+                  if t.split("::")[0] not in {p.name for p in new}]
+    junit = tmp_path / "junit.xml"
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini",
+         "--rootdir", ".", "-p", "grader.plugin", "-qq", "--tb=no", "-rN",
+         "--color=no", *nodes, f"--src={TREE}", f"--junitxml={junit}",
+         f"--transcripts={tmp_path}/transcripts"],
+        cwd=COURSE, capture_output=True, text=True, timeout=850)
+    assert junit.exists(), f"no results:\n{res.stdout}\n{res.stderr}"
+    failed, ran = {}, {}
+    for case in ET.parse(junit).iter("testcase"):
+        mod = case.get("classname").rsplit(".", 1)[-1] + ".py"
+        name = f"{mod}::{case.get('name')}"
+        lesson = next(l for l in lessons if mod.startswith(f"test_{l[:2]}_"))
+        ran.setdefault(lesson, set()).add(name)
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed.setdefault(lesson, set()).add(name)
+    problems = []
+    for lesson, cls in lessons.items():
+        want = EXPECTED[cls][lesson]
+        got = failed.get(lesson, set())
+        if got != want:
+            problems.append(
+                f"cheat {cls}/{lesson}:\n  must fail:     {sorted(want)}\n"
+                f"  failed:        {sorted(got)}\n"
+                f"  unexpected:    {sorted(got - want)}\n"
+                f"  not caught:    {sorted(want - got)}")
+        convinced = set(CONVINCED.get(lesson, []))
+        if not convinced <= ran.get(lesson, set()):
+            problems.append(f"{lesson}: {sorted(convinced)} did not run")
+    assert not problems, "\n".join(problems) + "\n" + res.stdout[-6000:]

@@ -1,0 +1,110 @@
+"""The out-of-band TCP channel of lessons/common/course.c, played by the
+trusted peer: course_oob_accept/connect, course_oob_exchange (struct
+qp_info_wire, network byte order), course_oob_sync. Every wait is bounded."""
+
+import socket
+import struct
+import time
+from collections import namedtuple
+
+# struct qp_info_wire in lessons/common/course.c (packed): lid, pad, qpn,
+# psn, gid[16], addr, rkey, length. Change both together.
+WIRE = struct.Struct("!HHII16sQII")
+
+QpInfo = namedtuple("QpInfo", "lid qpn psn gid addr rkey length")
+
+
+class PeerGone(Exception):
+    """The program under test closed the connection or broke the protocol."""
+
+
+def pack(info):
+    return WIRE.pack(info.lid, 0, info.qpn, info.psn, info.gid, info.addr,
+                     info.rkey, info.length)
+
+
+def unpack(data):
+    lid, _, qpn, psn, gid, addr, rkey, length = WIRE.unpack(data)
+    return QpInfo(lid, qpn, psn, gid, addr, rkey, length)
+
+
+def listen(port=0):
+    lsock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    lsock.bind(("::", port))
+    lsock.listen(1)
+    return lsock
+
+
+def accept(lsock, timeout):
+    lsock.settimeout(timeout)
+    try:
+        sock = lsock.accept()[0]
+    except socket.timeout:
+        raise PeerGone(f"no client connected within {timeout} s") from None
+    finally:
+        lsock.close()
+    sock.settimeout(timeout)
+    return sock
+
+
+def connect(host, port, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+            sock.settimeout(timeout)
+            return sock
+        except OSError as err:
+            if time.monotonic() > deadline:
+                raise PeerGone(f"cannot connect to {host}:{port}: "
+                               f"{err}") from None
+            time.sleep(0.1)
+
+
+def recv_all(sock, n, what):
+    data = b""
+    try:
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise PeerGone(f"{what}: the program closed the TCP "
+                               f"connection ({len(data)} of {n} bytes)")
+            data += chunk
+    except socket.timeout:
+        raise PeerGone(f"{what}: nothing from the program within "
+                       f"{sock.gettimeout():.0f} s ({len(data)} of {n} "
+                       f"bytes)") from None
+    except ConnectionError as err:
+        raise PeerGone(f"{what}: {err}") from None
+    return data
+
+
+def exchange(sock, mine):
+    try:
+        sock.sendall(pack(mine))
+    except OSError as err:
+        raise PeerGone(f"qp_info exchange: {err}") from None
+    return unpack(recv_all(sock, WIRE.size, "qp_info exchange"))
+
+
+def sync(sock, tag):
+    """course_oob_sync(): send our tag, expect the same back."""
+    try:
+        sock.sendall(tag)
+    except OSError as err:
+        raise PeerGone(f"sync '{tag.decode()}': {err}") from None
+    got = recv_all(sock, 1, f"sync '{tag.decode()}'")
+    if got != tag:
+        raise PeerGone(f"sync '{tag.decode()}': the program sent {got!r}")
+
+
+def expect_silence(sock, seconds=0.0):
+    """After the protocol's last byte the program must send nothing more:
+    returns what it sent anyway (b'' when it only closed or stayed quiet)."""
+    sock.settimeout(max(seconds, 0.01))
+    try:
+        return sock.recv(65536)
+    except (socket.timeout, OSError):
+        return b""
