@@ -153,26 +153,38 @@ def _save(out, stamp, result):
     return result
 
 
-def grader_program(course, source, flags=("-static",)):
-    """Compile one of the grader's own C programs (grader/NAME.c) into
-    build/grader/NAME, unless that build is current. Returns its path;
+def grader_program(course, source, flags=("-static",), libs=(), name=None):
+    """Compile one of the grader's own C programs (grader/SOURCE) into
+    build/grader/NAME (default: SOURCE's stem), unless that build is
+    current (a stamp of the source and the command). Returns its path;
     raises RuntimeError with the compiler's message."""
     src = course / "grader" / source
-    out = course / "build" / "grader" / src.stem
-    key = hashlib.sha256(src.read_bytes() + repr(flags).encode()).hexdigest()
+    out = course / "build" / "grader" / (name or src.stem)
+    def command(target):
+        return [os.environ.get("CC", "cc"), "-O2", "-Wall", "-Wextra", *flags,
+                "-o", str(target), str(src), *libs]
+    key = hashlib.sha256(src.read_bytes()
+                         + shlex.join(command(out)).encode()).hexdigest()
     stamp = out.with_name(out.name + ".key")
     if out.exists() and stamp.exists() and stamp.read_text() == key:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    res = subprocess.run([os.environ.get("CC", "cc"), "-O2", "-Wall",
-                          "-Wextra", *flags, "-o", str(tmp), str(src)],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(command(tmp), capture_output=True, text=True,
+                         timeout=300)
     if res.returncode != 0:
         raise RuntimeError(f"cannot compile {src}:\n{res.stderr}")
     os.replace(tmp, out)
     stamp.write_text(key)
     return out
+
+
+def grader_programs(course):
+    """Everything of the grader's own that is compiled: make grade and make
+    test build them on the host (gcc is much slower in the VM)."""
+    from .interpose import build_interposer
+    grader_program(course, "sandbox-exec.c")
+    build_interposer(course)
 
 
 def lesson_names(course, src, wanted=()):
@@ -192,7 +204,7 @@ def main(argv):
         print(f"SRC={argv[0]}: no such directory (expected a tree shaped "
               f"like skeletons/)", file=sys.stderr)
         return 2
-    grader_program(COURSE, "sandbox-exec.c")
+    grader_programs(COURSE)
     for name in lesson_names(COURSE, src, argv[1:]):
         compile_lesson(COURSE, src, name)
     return 0

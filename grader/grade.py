@@ -24,7 +24,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from .build import COURSE, compile_lesson, grader_program, lesson_names
+from .build import COURSE, compile_lesson, grader_programs, lesson_names
 
 # What must be exactly the checkout's: the grader, the course's provided code
 # and build rules, the VM runner.
@@ -115,7 +115,7 @@ def main(argv):
     for cache in (COURSE / "grader").rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
 
-    grader_program(COURSE, "sandbox-exec.c")
+    grader_programs(COURSE)
     for name in lesson_names(COURSE, src, names):
         compile_lesson(COURSE, src, name)
 

@@ -7,40 +7,28 @@ grader build` can call it on the host, where gcc is about ten times faster
 than under the micro-VM's emulation; the grader in the VM reuses the result.
 """
 
-import hashlib
-import json
 import os
 import re
 import shlex
 import tempfile
 from pathlib import Path
 
-from .. import harness
+from ..build import grader_program
 from ..harness import GradeFailure
 
 SOURCE = Path(__file__).resolve().parent / "verbs_spy.c"
 
 
 def build_interposer(course):
-    """Path of build/grader/verbs_spy.so, compiled when the source changed."""
-    out = Path(course) / "build" / "grader"
-    lib, stamp = out / "verbs_spy.so", out / "verbs_spy.json"
-    cmd = ["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-o", str(lib),
-           str(SOURCE), "-libverbs", "-ldl"]
-    key = hashlib.sha256(SOURCE.read_bytes() + shlex.join(cmd).encode()
-                         ).hexdigest()
+    """Path of build/grader/verbs_spy.so, compiled when the source changed
+    (grader/build.py's grader_program)."""
     try:
-        if json.loads(stamp.read_text())["key"] == key and lib.exists():
-            return lib
-    except (OSError, ValueError, KeyError):
-        pass
-    out.mkdir(parents=True, exist_ok=True)
-    res = harness.run(cmd, timeout=300, cwd=course)
-    if res.returncode != 0:
+        return grader_program(Path(course), "interpose/verbs_spy.c",
+                              flags=("-shared", "-fPIC"),
+                              libs=("-libverbs", "-ldl"), name="verbs_spy.so")
+    except RuntimeError as e:
         raise GradeFailure(f"the grader's interposer does not compile (a "
-                           f"grader problem):\n{res.describe()}")
-    stamp.write_text(json.dumps({"key": key, "command": shlex.join(cmd)}))
-    return lib
+                           f"grader problem):\n{e}") from e
 
 
 class Spy:

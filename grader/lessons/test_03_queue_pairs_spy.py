@@ -105,6 +105,6 @@ def test_message_crossed(build, spied_run):
                            f"{len(msg)} bytes to put its own bytes in "
                            f"(SENDs posted: {sends})\n" + res.describe())
     res.fails(1, what=f"{how} (the grader changed the SEND's bytes)")
-    expect_line(res.stderr, f"qp_states: B received {len(payload)} bytes "
+    expect_line(res.stderr, f"B received {len(payload)} bytes "
                 f"'{payload}', expected {len(msg)} bytes '{msg}'",
                 "stderr (the README's 'wrong bytes arrived' line)")
