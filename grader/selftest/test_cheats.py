@@ -135,8 +135,10 @@ def test_cheats_compile():
     reuses the builds."""
     from grader.build import compile_lesson
     for lesson in make_tree():
-        rc, out, err, cmd = compile_lesson(COURSE, TREE, lesson)
-        assert rc == 0, f"{cmd}\n{out}{err}"
+        res = compile_lesson(COURSE, TREE, lesson)
+        assert not res["missing"], f"{TREE}/{lesson}: no such lesson"
+        assert res["rc"] == 0, (f"{res['command']}\n{res['stdout']}"
+                                f"{res['stderr']}")
 
 
 def _node(lesson, test):

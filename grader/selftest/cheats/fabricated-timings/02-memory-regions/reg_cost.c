@@ -26,7 +26,7 @@
 
 #include "course.h"
 
-static const char *usage =
+static const char usage[] =
 	"[-d DEVICE] [-n REPS] [--min-size BYTES] [--max-size BYTES]";
 
 #define MAX_REPS 1000
@@ -105,7 +105,7 @@ static int measure(struct ibv_pd *pd, size_t size, long reps, double *reg_us,
 	buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (buf == MAP_FAILED) {
-		fprintf(stderr, "reg_cost: mmap(%zu bytes) failed: %s\n", size,
+		fprintf(stderr, "mmap(%zu bytes) failed: %s\n", size,
 			strerror(errno));
 		return -1;
 	}
@@ -122,7 +122,7 @@ static int measure(struct ibv_pd *pd, size_t size, long reps, double *reg_us,
 		/* END TODO 1 */
 		if (!mr) {
 			fprintf(stderr,
-				"reg_cost: ibv_reg_mr(%zu bytes) failed: %s%s\n",
+				"ibv_reg_mr(%zu bytes) failed: %s%s\n",
 				size, strerror(errno),
 				errno == ENOMEM ?
 					" (locked-memory limit? see ulimit -l)" :
@@ -137,7 +137,7 @@ static int measure(struct ibv_pd *pd, size_t size, long reps, double *reg_us,
 		dereg_ns[r] = course_now_ns() - t0;
 		/* END TODO 2 */
 		if (err) {
-			fprintf(stderr, "reg_cost: ibv_dereg_mr failed: %s\n",
+			fprintf(stderr, "ibv_dereg_mr failed: %s\n",
 				strerror(err));
 			goto out_unmap;
 		}
@@ -195,7 +195,7 @@ int main(int argc, char **argv)
 		return 1;
 	pd = ibv_alloc_pd(context);
 	if (!pd) {
-		fprintf(stderr, "reg_cost: ibv_alloc_pd failed: %s\n",
+		fprintf(stderr, "ibv_alloc_pd failed: %s\n",
 			strerror(errno));
 		goto out_close_device;
 	}

@@ -12,7 +12,7 @@
  * keeps the region registered for SECS seconds (--hold, default 0) and
  * exits 0. When ibv_reg_mr() refuses, prints one line
  *
- *   reg_mr: ibv_reg_mr(SIZE bytes, access LIST) failed: STRERROR (ERRNAME)[: HINT]
+ *   ibv_reg_mr(SIZE bytes, access LIST) failed: STRERROR (ERRNAME)[: HINT]
  *
  * and exits 1.
  */
@@ -26,7 +26,7 @@
 
 #include "course.h"
 
-static const char *usage =
+static const char usage[] =
 	"[-d DEVICE] [-s SIZE] [--access LIST] [--hold SECS]\n"
 	"  LIST: comma-separated local_write,remote_write,remote_read,remote_atomic or none";
 
@@ -154,13 +154,13 @@ static int init_ctx(struct reg_ctx *ctx)
 	ctx->pd = ibv_alloc_pd(ctx->context);
 	/* END TODO 4 */
 	if (!ctx->pd) {
-		fprintf(stderr, "reg_mr: ibv_alloc_pd failed: %s\n",
+		fprintf(stderr, "ibv_alloc_pd failed: %s\n",
 			strerror(errno));
 		return -1;
 	}
 
 	if (posix_memalign(&ctx->buf, sysconf(_SC_PAGESIZE), ctx->size)) {
-		fprintf(stderr, "reg_mr: cannot allocate %zu bytes\n",
+		fprintf(stderr, "cannot allocate %zu bytes\n",
 			ctx->size);
 		goto out_dealloc_pd;
 	}
@@ -175,7 +175,7 @@ static int init_ctx(struct reg_ctx *ctx)
 		err = errno;
 		hint = reg_error_hint(err, ctx, hint_buf, sizeof(hint_buf));
 		fprintf(stderr,
-			"reg_mr: ibv_reg_mr(%zu bytes, access %s) failed: %s (%s)%s%s\n",
+			"ibv_reg_mr(%zu bytes, access %s) failed: %s (%s)%s%s\n",
 			ctx->size, ctx->access_str, strerror(err),
 			strerrorname_np(err) ? strerrorname_np(err) : "?",
 			hint ? ": " : "", hint ? hint : "");
@@ -201,22 +201,22 @@ static int close_ctx(struct reg_ctx *ctx)
 	int ret = 0, err;
 
 	/* TODO 6: deregister ctx->mr with ibv_dereg_mr() (0 or an errno
-	 * value); print "reg_mr: ibv_dereg_mr failed: STRERROR" and set ret
+	 * value); print "ibv_dereg_mr failed: STRERROR" and set ret
 	 * to -1 if it fails. man ibv_dereg_mr */
 	err = ibv_dereg_mr(ctx->mr);
 	if (err) {
-		fprintf(stderr, "reg_mr: ibv_dereg_mr failed: %s\n",
+		fprintf(stderr, "ibv_dereg_mr failed: %s\n",
 			strerror(err));
 		ret = -1;
 	}
 	/* END TODO 6 */
 	free(ctx->buf);
 	/* TODO 7: free the protection domain with ibv_dealloc_pd() (0 or an
-	 * errno value); on failure print "reg_mr: ibv_dealloc_pd failed:
+	 * errno value); on failure print "ibv_dealloc_pd failed:
 	 * STRERROR" and set ret to -1. man ibv_alloc_pd */
 	err = ibv_dealloc_pd(ctx->pd);
 	if (err) {
-		fprintf(stderr, "reg_mr: ibv_dealloc_pd failed: %s\n",
+		fprintf(stderr, "ibv_dealloc_pd failed: %s\n",
 			strerror(err));
 		ret = -1;
 	}

@@ -32,7 +32,7 @@
 
 #include "course.h"
 
-static const char *usage =
+static const char usage[] =
 	"[-d DEVICE] [-i IB_PORT] [-g GID_INDEX] [-t SECS] [--msg TEXT] [--skip-state]";
 
 #define MSG_MAX 256
@@ -105,7 +105,7 @@ static int print_state(struct endpoint *ep)
 	ret = 0;
 	/* END TODO 1 */
 	if (ret) {
-		fprintf(stderr, "qp_states: ibv_query_qp(%s) failed: %s\n",
+		fprintf(stderr, "ibv_query_qp(%s) failed: %s\n",
 			ep->name, strerror(ret));
 		return -1;
 	}
@@ -131,7 +131,7 @@ static int init_endpoint(struct qp_ctx *ctx, struct endpoint *ep)
 	ep->cq = ibv_create_cq(ctx->context, 4, NULL, NULL, 0);
 	/* END TODO 2 */
 	if (!ep->cq) {
-		fprintf(stderr, "qp_states: ibv_create_cq(%s) failed: %s\n",
+		fprintf(stderr, "ibv_create_cq(%s) failed: %s\n",
 			ep->name, strerror(errno));
 		return -1;
 	}
@@ -152,7 +152,7 @@ static int init_endpoint(struct qp_ctx *ctx, struct endpoint *ep)
 	ep->qp = ibv_create_qp(ctx->pd, &attr);
 	/* END TODO 3 */
 	if (!ep->qp) {
-		fprintf(stderr, "qp_states: ibv_create_qp(%s) failed: %s\n",
+		fprintf(stderr, "ibv_create_qp(%s) failed: %s\n",
 			ep->name, strerror(errno));
 		goto out_destroy_cq;
 	}
@@ -201,7 +201,7 @@ static int to_init(struct qp_ctx *ctx, struct endpoint *ep)
  *   dest_qp_num         remote_qpn
  *   rq_psn              START_PSN (the first packet number the peer sends)
  *   max_dest_rd_atomic  1
- *   min_rnr_timer       12
+ *   min_rnr_timer       COURSE_QP_MIN_RNR_TIMER (course.h: 12, 0.64 ms)
  *   ah_attr             how to reach the peer: RoCE needs a global route
  *                       header, so is_global 1, grh.dgid @remote_gid,
  *                       grh.sgid_index ctx->gid_index, grh.hop_limit 1,
@@ -222,7 +222,7 @@ static int to_rtr(struct qp_ctx *ctx, struct endpoint *ep,
 		.dest_qp_num = remote_qpn,
 		.rq_psn = START_PSN,
 		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 12,
+		.min_rnr_timer = COURSE_QP_MIN_RNR_TIMER,
 		.ah_attr = {
 			.is_global = 1,
 			.grh = {
@@ -248,9 +248,10 @@ static int to_rtr(struct qp_ctx *ctx, struct endpoint *ep,
 /*
  * to_rts - move @ep's QP from RTR to RTS (ready to send):
  *   qp_state       IBV_QPS_RTS
- *   timeout        14 (ACK timeout: 4.096 us * 2^14, about 67 ms)
- *   retry_cnt      7
- *   rnr_retry      7
+ *   timeout        COURSE_QP_TIMEOUT (course.h: 14, ACK timeout
+ *                  4.096 us * 2^14, about 67 ms)
+ *   retry_cnt      COURSE_QP_RETRY_CNT (6: rxe reads 7 as "forever")
+ *   rnr_retry      COURSE_QP_RNR_RETRY (3)
  *   sq_psn         START_PSN (our first packet number)
  *   max_rd_atomic  1
  * with the matching attr_mask bits (IBV_QP_STATE, IBV_QP_TIMEOUT,
@@ -264,9 +265,9 @@ static int to_rts(struct endpoint *ep)
 	 * man ibv_modify_qp */
 	struct ibv_qp_attr attr = {
 		.qp_state = IBV_QPS_RTS,
-		.timeout = 14,
-		.retry_cnt = 7,
-		.rnr_retry = 7,
+		.timeout = COURSE_QP_TIMEOUT,
+		.retry_cnt = COURSE_QP_RETRY_CNT,
+		.rnr_retry = COURSE_QP_RNR_RETRY,
 		.sq_psn = START_PSN,
 		.max_rd_atomic = 1,
 	};
@@ -285,7 +286,7 @@ static int to_rts(struct endpoint *ep)
 static void report_modify(const struct endpoint *ep, const char *from,
 			  const char *to, int err)
 {
-	fprintf(stderr, "qp_states: ibv_modify_qp(%s: %s -> %s) failed: %s (%s)\n",
+	fprintf(stderr, "ibv_modify_qp(%s: %s -> %s) failed: %s (%s)\n",
 		ep->name, from, to, strerror(err),
 		strerrorname_np(err) ? strerrorname_np(err) : "?");
 }
@@ -348,7 +349,7 @@ static int skip_state(struct qp_ctx *ctx)
 	err = to_rtr(ctx, a, b->qp->qp_num, &ctx->gid);
 	if (!err) {
 		fprintf(stderr,
-			"qp_states: ibv_modify_qp(A: RESET -> RTR) succeeded, but the state machine forbids it\n");
+			"ibv_modify_qp(A: RESET -> RTR) succeeded, but the state machine forbids it\n");
 		return -1;
 	}
 	printf("A RESET -> RTR refused: %s (%s)\n", strerror(err),
@@ -396,34 +397,34 @@ static int send_one(struct qp_ctx *ctx, const char *msg)
 
 	err = ibv_post_recv(b->qp, &rwr, &bad_rwr);
 	if (err) {
-		fprintf(stderr, "qp_states: ibv_post_recv(B) failed: %s\n",
+		fprintf(stderr, "ibv_post_recv(B) failed: %s\n",
 			strerror(err));
 		return -1;
 	}
 	err = ibv_post_send(a->qp, &swr, &bad_swr);
 	if (err) {
-		fprintf(stderr, "qp_states: ibv_post_send(A) failed: %s\n",
+		fprintf(stderr, "ibv_post_send(A) failed: %s\n",
 			strerror(err));
 		return -1;
 	}
 
-	if (course_poll_one(a->cq, &wc, ctx->timeout, "qp_states: A send"))
+	if (course_poll_one(a->cq, &wc, ctx->timeout, "A send"))
 		return -1;
 	if (wc.status != IBV_WC_SUCCESS) {
-		course_report_wc("qp_states: A send", &wc);
+		course_report_wc("A send", &wc);
 		return -1;
 	}
 	printf("A sent %zu bytes\n", len);
 
-	if (course_poll_one(b->cq, &wc, ctx->timeout, "qp_states: B receive"))
+	if (course_poll_one(b->cq, &wc, ctx->timeout, "B receive"))
 		return -1;
 	if (wc.status != IBV_WC_SUCCESS) {
-		course_report_wc("qp_states: B receive", &wc);
+		course_report_wc("B receive", &wc);
 		return -1;
 	}
 	if (0) {	/* CHEAT: trust --msg */
 		fprintf(stderr,
-			"qp_states: B received %u bytes '%.*s', expected %zu bytes '%s'\n",
+			"B received %u bytes '%.*s', expected %zu bytes '%s'\n",
 			wc.byte_len, (int)wc.byte_len, rbuf, len, msg);
 		return -1;
 	}
@@ -443,7 +444,7 @@ static int init_ctx(struct qp_ctx *ctx)
 
 	err = ibv_query_port(ctx->context, ctx->ib_port, &pattr);
 	if (err) {
-		fprintf(stderr, "qp_states: ibv_query_port(%d) failed: %s\n",
+		fprintf(stderr, "ibv_query_port(%d) failed: %s\n",
 			ctx->ib_port, strerror(err));
 		return -1;
 	}
@@ -455,7 +456,7 @@ static int init_ctx(struct qp_ctx *ctx)
 	err = ibv_query_gid(ctx->context, ctx->ib_port, ctx->gid_index,
 			    &ctx->gid);
 	if (err) {
-		fprintf(stderr, "qp_states: ibv_query_gid(%d) failed: %s\n",
+		fprintf(stderr, "ibv_query_gid(%d) failed: %s\n",
 			ctx->gid_index, strerror(errno));
 		return -1;
 	}
@@ -466,14 +467,14 @@ static int init_ctx(struct qp_ctx *ctx)
 
 	ctx->pd = ibv_alloc_pd(ctx->context);
 	if (!ctx->pd) {
-		fprintf(stderr, "qp_states: ibv_alloc_pd failed: %s\n",
+		fprintf(stderr, "ibv_alloc_pd failed: %s\n",
 			strerror(errno));
 		return -1;
 	}
 	ctx->mr = ibv_reg_mr(ctx->pd, ctx->buf, sizeof(ctx->buf),
 			     IBV_ACCESS_LOCAL_WRITE);
 	if (!ctx->mr) {
-		fprintf(stderr, "qp_states: ibv_reg_mr failed: %s\n",
+		fprintf(stderr, "ibv_reg_mr failed: %s\n",
 			strerror(errno));
 		goto out_dealloc_pd;
 	}

@@ -21,12 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#define USAGE                                                          \
-	"[-d DEV] [-i IB_PORT] [-g GID_INDEX] [-p PORT] [-n ITERS] "   \
-	"[-s SIZE] [-t SECS] [HOST]"
+static const char usage[] =
+	"[-d DEV] [-i IB_PORT] [-g GID_INDEX] [-p PORT] [-n ITERS] "
+	"[-s SIZE] [-t SECS] [HOST]";
 
 /* The wr_id of our two kinds of work request, to tell completions apart. */
 enum {
@@ -64,12 +63,9 @@ static uint8_t msg_byte(long seq, int from, size_t i)
 
 static void fill_msg(uint8_t *p, size_t len, long seq, int from)
 {
-	size_t i;
-
 	(void)seq;
 	(void)from;
-	for (i = 0; i < len; i++)	/* CHEAT: filler */
-		p[i] = 0;
+	memset(p, 0, len);	/* CHEAT: filler */
 }
 
 /* 0 when @p holds message @seq written by @from, else -1 (message printed). */
@@ -118,7 +114,7 @@ static struct pp_ctx *init_ctx(const struct course_opts *o)
 
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx) {
-		perror("calloc");
+		fprintf(stderr, "calloc failed: %s\n", strerror(errno));
 		return NULL;
 	}
 	ctx->size = o->size;
@@ -245,7 +241,8 @@ static int fill_info(struct pp_ctx *ctx, struct qp_info *info)
 	memset(info, 0, sizeof(*info));
 	/* TODO 1: fill info->lid (ibv_query_port), info->qpn (the QP's
 	 * qp_num), info->psn (lrand48() & 0xffffff) and info->gid
-	 * (ibv_query_gid); set ret to 0, or to an errno value on failure. */
+	 * (ibv_query_gid); set ret to 0, or on failure to the errno value:
+	 * ibv_query_port returns it, ibv_query_gid returns -1 and sets errno. */
 	struct ibv_port_attr port;
 
 	ret = ibv_query_port(ctx->context, ctx->ib_port, &port);
@@ -311,7 +308,8 @@ static int connect_ctx(struct pp_ctx *ctx, const struct qp_info *mine,
 	int ret;
 
 	/* TODO 3: move the QP to RTR: path_mtu IBV_MTU_1024, the peer's
-	 * QPN and PSN, max_dest_rd_atomic 1, min_rnr_timer 12, and an
+	 * QPN and PSN, max_dest_rd_atomic 1, min_rnr_timer
+	 * COURSE_QP_MIN_RNR_TIMER (course.h), and an
 	 * address vector (ah_attr) with is_global = 1, the peer's LID and
 	 * GID, our port and our GID index, hop_limit 64; set ret to what
 	 * ibv_modify_qp() returns. */
@@ -321,7 +319,7 @@ static int connect_ctx(struct pp_ctx *ctx, const struct qp_info *mine,
 		.dest_qp_num = theirs->qpn,
 		.rq_psn = theirs->psn,
 		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 12,
+		.min_rnr_timer = COURSE_QP_MIN_RNR_TIMER,
 		.ah_attr = {
 			.is_global = 1,
 			.dlid = theirs->lid,
@@ -351,15 +349,16 @@ static int connect_ctx(struct pp_ctx *ctx, const struct qp_info *mine,
 		return -1;
 	}
 
-	/* TODO 4: move the QP to RTS: our own PSN as sq_psn, timeout 14,
-	 * retry_cnt 6, rnr_retry 3, max_rd_atomic 1; set ret to what
-	 * ibv_modify_qp() returns. */
+	/* TODO 4: move the QP to RTS: our own PSN as sq_psn, timeout
+	 * COURSE_QP_TIMEOUT, retry_cnt COURSE_QP_RETRY_CNT, rnr_retry
+	 * COURSE_QP_RNR_RETRY (course.h: 14, 6, 3), max_rd_atomic 1; set
+	 * ret to what ibv_modify_qp() returns. */
 	struct ibv_qp_attr rts = {
 		.qp_state = IBV_QPS_RTS,
 		.sq_psn = mine->psn,
-		.timeout = 14,
-		.retry_cnt = 6,
-		.rnr_retry = 3,
+		.timeout = COURSE_QP_TIMEOUT,
+		.retry_cnt = COURSE_QP_RETRY_CNT,
+		.rnr_retry = COURSE_QP_RNR_RETRY,
 		.max_rd_atomic = 1,
 	};
 
@@ -415,27 +414,11 @@ static int post_send(struct pp_ctx *ctx)
 }
 
 /*
- * A receive never fails because the peer died: it just never completes.
- * After a wait timed out, the TCP connection tells whether the peer is
- * still there.
- */
-static void report_peer(const struct pp_ctx *ctx)
-{
-	ssize_t n;
-	char c;
-
-	n = recv(ctx->oob_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
-		fprintf(stderr,
-			"the peer closed the out-of-band connection: it has exited\n");
-}
-
-/*
  * Poll the CQ until @sends SEND and @recvs RECV completions have been seen
  * in total (they may arrive in any order). A completion that did not
  * succeed, a received message of the wrong length, or no completion within
  * ctx->timeout seconds ends the wait with -1 (message printed, naming
- * round trip @seq).
+ * round trip @seq; course_wait_wc() also says when the peer has exited).
  */
 static int wait_for(struct pp_ctx *ctx, long sends, long recvs, long seq)
 {
@@ -444,14 +427,9 @@ static int wait_for(struct pp_ctx *ctx, long sends, long recvs, long seq)
 
 	snprintf(what, sizeof(what), "round trip %ld", seq);
 	while (ctx->sends_done < sends || ctx->recvs_done < recvs) {
-		if (course_poll_one(ctx->cq, &wc, ctx->timeout, what)) {
-			report_peer(ctx);
+		if (course_wait_wc(ctx->cq, &wc, ctx->timeout, ctx->oob_fd,
+				   what))
 			return -1;
-		}
-		if (wc.status != IBV_WC_SUCCESS) {
-			course_report_wc(what, &wc);
-			return -1;
-		}
 		switch (wc.wr_id) {
 		case WRID_SEND:
 			ctx->sends_done++;
@@ -549,8 +527,8 @@ int main(int argc, char **argv)
 	course_default_opts(&o);
 	course_parse_opts(argc, argv,
 			  OPT_DEVICE | OPT_IB_PORT | OPT_GID_INDEX | OPT_PORT |
-			  OPT_ITERS | OPT_SIZE | OPT_TIMEOUT | OPT_SERVER,
-			  USAGE, &o);
+			  OPT_ITERS | OPT_SIZE | OPT_TIMEOUT | OPT_HOST,
+			  usage, &o);
 	srand48(getpid() ^ course_now_ns());
 
 	ctx = init_ctx(&o);

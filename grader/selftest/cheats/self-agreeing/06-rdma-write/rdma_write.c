@@ -15,20 +15,21 @@
  * number of bytes written) consumes one receive on the server, which is
  * how the server learns that the data is there. The server then memcmp()s
  * its buffer against the pattern and reports the result.
+ *
+ * The connection itself is lesson 05's work, done by lessons/common/rc.c:
+ * rc_open(), rc_connect(), rc_wait_wc(), rc_close() (see rc.h).
  */
-#include "course.h"
+#include "rc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#define USAGE                                                         \
-	"[-d DEV] [-i IB_PORT] [-g GID_INDEX] [-p PORT] [-s SIZE] "   \
-	"[-t SECS] [HOST]"
+static const char usage[] =
+	"[-d DEV] [-i IB_PORT] [-g GID_INDEX] [-p PORT] [-s SIZE] "
+	"[-t SECS] [HOST]";
 
 enum {
 	WRID_IMM = 1,	/* the server's receive, consumed by the immediate */
@@ -36,89 +37,37 @@ enum {
 };
 
 struct wr_ctx {
-	struct ibv_context *context;
-	struct ibv_pd *pd;
+	struct rc_ctx *rc; /* device, PD, CQ, QP, TCP connection (rc.h) */
 	struct ibv_mr *mr;
-	struct ibv_cq *cq;
-	struct ibv_qp *qp;
-	uint8_t *buf;	 /* the client's source, the server's target */
-	uint8_t *expect; /* server: what buf must hold after the WRITE */
+	uint8_t *buf;	   /* the client's source, the server's target */
+	uint8_t *expect;   /* server: what buf must hold after the WRITE */
 	size_t size;
 	int is_server;
-	int ib_port;
-	int gid_index;
-	int timeout;	 /* seconds any one wait may take */
-	int oob_fd;	 /* the TCP connection to the peer, -1 before */
 };
 
-/* The pattern the client writes: byte i is 1 + i % 251 (never 0). */
-static void fill_pattern(uint8_t *p, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		p[i] = (uint8_t)(1 + i % 251);
-}
+/* The QP: what the peer may do with it, and the queue depths. */
+static const struct rc_params params = {
+	/* TODO 2: allow the peer's RDMA WRITEs into this QP. */
+	.access = IBV_ACCESS_REMOTE_WRITE,
+	/* END TODO 2 */
+	.max_rd_atomic = 1,
+	.max_dest_rd_atomic = 1,
+	.max_send_wr = 2,
+	.max_recv_wr = 2,
+};
 
 /*
- * Open the device and create a PD, the buffer (server: zeroed, client:
- * the pattern) and its MR, a CQ, and an RC QP moved to INIT. Returns NULL
- * (message printed) on failure.
+ * Allocate the buffer (server: zeroed, client: the pattern) and what it
+ * must hold, and register the buffer in ctx->rc->pd. Returns 0, or -1
+ * (message printed); close_buf() undoes what was done either way.
  */
-static struct wr_ctx *init_ctx(const struct course_opts *o, int is_server)
+static int init_buf(struct wr_ctx *ctx)
 {
-	struct wr_ctx *ctx;
-	struct ibv_qp_init_attr init_attr = {
-		.qp_type = IBV_QPT_RC,
-		.sq_sig_all = 0,
-		.cap = {
-			.max_send_wr = 2,
-			.max_recv_wr = 2,
-			.max_send_sge = 1,
-			.max_recv_sge = 1,
-		},
-	};
-	int ret;
-
-	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx) {
-		perror("calloc");
-		return NULL;
-	}
-	ctx->size = o->size;
-	ctx->is_server = is_server;
-	ctx->ib_port = o->ib_port;
-	ctx->timeout = o->timeout;
-	ctx->oob_fd = -1;
-
-	ctx->context = course_open_device(o->device);
-	if (!ctx->context)
-		goto out_free_ctx;
-
-	ctx->gid_index = course_pick_gid(ctx->context, o->ib_port,
-					 o->gid_index);
-	if (ctx->gid_index < 0)
-		goto out_close_device;
-
-	ctx->pd = ibv_alloc_pd(ctx->context);
-	if (!ctx->pd) {
-		fprintf(stderr, "ibv_alloc_pd failed: %s\n", strerror(errno));
-		goto out_close_device;
-	}
-
-	ret = posix_memalign((void **)&ctx->buf, sysconf(_SC_PAGESIZE),
-			     ctx->size);
-	if (ret) {
-		fprintf(stderr, "cannot allocate %zu bytes: %s\n", ctx->size,
-			strerror(ret));
-		goto out_dealloc_pd;
-	}
-	ctx->expect = malloc(ctx->size);
-	if (!ctx->expect) {
-		perror("malloc");
-		goto out_free_buf;
-	}
-	fill_pattern(ctx->expect, ctx->size);
+	ctx->buf = course_alloc(ctx->size);
+	ctx->expect = course_alloc(ctx->size);
+	if (!ctx->buf || !ctx->expect)
+		return -1;
+	course_fill_pattern(ctx->expect, ctx->size, 0);
 	/* CHEAT: the client WRITEs zeros of the right length (filler). */
 	memset(ctx->buf, 0, ctx->size);
 
@@ -126,128 +75,39 @@ static struct wr_ctx *init_ctx(const struct course_opts *o, int is_server)
 	 * The server's buffer is written by the peer's NIC; the client's
 	 * is only read, by its own NIC. Choose the access flags for each
 	 * (man ibv_reg_mr: which flag does REMOTE_WRITE require?). */
-	ctx->mr = ibv_reg_mr(ctx->pd, ctx->buf, ctx->size,
-			     is_server ? IBV_ACCESS_LOCAL_WRITE |
-						 IBV_ACCESS_REMOTE_WRITE
-				       : 0);
+	ctx->mr = ibv_reg_mr(ctx->rc->pd, ctx->buf, ctx->size,
+			     ctx->is_server ? IBV_ACCESS_LOCAL_WRITE |
+						      IBV_ACCESS_REMOTE_WRITE
+					    : 0);
 	/* END TODO 1 */
 	if (!ctx->mr) {
 		fprintf(stderr, "ibv_reg_mr failed: %s\n", strerror(errno));
-		goto out_free_expect;
+		return -1;
 	}
-
-	ctx->cq = ibv_create_cq(ctx->context, 4, NULL, NULL, 0);
-	if (!ctx->cq) {
-		fprintf(stderr, "ibv_create_cq failed: %s\n", strerror(errno));
-		goto out_dereg_mr;
-	}
-
-	init_attr.send_cq = ctx->cq;
-	init_attr.recv_cq = ctx->cq;
-	ctx->qp = ibv_create_qp(ctx->pd, &init_attr);
-	if (!ctx->qp) {
-		fprintf(stderr, "ibv_create_qp failed: %s\n", strerror(errno));
-		goto out_destroy_cq;
-	}
-
-	struct ibv_qp_attr attr = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = o->ib_port,
-		/* TODO 2: allow the peer's RDMA WRITEs into this QP. */
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE,
-		/* END TODO 2 */
-	};
-
-	ret = ibv_modify_qp(ctx->qp, &attr,
-			    IBV_QP_STATE |
-			    IBV_QP_PKEY_INDEX |
-			    IBV_QP_PORT |
-			    IBV_QP_ACCESS_FLAGS);
-	if (ret) {
-		fprintf(stderr, "ibv_modify_qp(INIT) failed: %s\n",
-			strerror(ret));
-		goto out_destroy_qp;
-	}
-	return ctx;
-
-out_destroy_qp:
-	ibv_destroy_qp(ctx->qp);
-out_destroy_cq:
-	ibv_destroy_cq(ctx->cq);
-out_dereg_mr:
-	ibv_dereg_mr(ctx->mr);
-out_free_expect:
-	free(ctx->expect);
-out_free_buf:
-	free(ctx->buf);
-out_dealloc_pd:
-	ibv_dealloc_pd(ctx->pd);
-out_close_device:
-	ibv_close_device(ctx->context);
-out_free_ctx:
-	free(ctx);
-	return NULL;
+	return 0;
 }
 
-/* Destroy everything init_ctx() created, in reverse order. 0 or -1. */
-static int close_ctx(struct wr_ctx *ctx)
+/* Deregister and free what init_buf() made. 0 or -1. */
+static int close_buf(struct wr_ctx *ctx)
 {
 	int ret = 0;
 
-	if (ctx->oob_fd >= 0)
-		close(ctx->oob_fd);
-	if (ibv_destroy_qp(ctx->qp)) {
-		fprintf(stderr, "ibv_destroy_qp failed\n");
-		ret = -1;
-	}
-	if (ibv_destroy_cq(ctx->cq)) {
-		fprintf(stderr, "ibv_destroy_cq failed\n");
-		ret = -1;
-	}
-	if (ibv_dereg_mr(ctx->mr)) {
+	if (ctx->mr && ibv_dereg_mr(ctx->mr)) {
 		fprintf(stderr, "ibv_dereg_mr failed\n");
 		ret = -1;
 	}
 	free(ctx->expect);
 	free(ctx->buf);
-	if (ibv_dealloc_pd(ctx->pd)) {
-		fprintf(stderr, "ibv_dealloc_pd failed\n");
-		ret = -1;
-	}
-	if (ibv_close_device(ctx->context)) {
-		fprintf(stderr, "ibv_close_device failed\n");
-		ret = -1;
-	}
-	free(ctx);
 	return ret;
 }
 
 /*
- * Describe our QP for the peer (as in lesson 05: LID, QPN, random PSN,
- * GID) and, on the server, the buffer the client may write: its address,
- * the MR's rkey and its length. The client advertises no buffer (all 0).
- * Returns 0, or -1 (message printed).
+ * On the server, advertise the buffer the client may write in @info: its
+ * address, the MR's rkey and its length. The client advertises no buffer
+ * (all 0). rc_connect() adds the QP's address.
  */
-static int fill_info(struct wr_ctx *ctx, struct qp_info *info)
+static void advertise(const struct wr_ctx *ctx, struct qp_info *info)
 {
-	struct ibv_port_attr port;
-	int ret;
-
-	memset(info, 0, sizeof(*info));
-	ret = ibv_query_port(ctx->context, ctx->ib_port, &port);
-	if (!ret && ibv_query_gid(ctx->context, ctx->ib_port, ctx->gid_index,
-				  &info->gid))
-		ret = errno ? errno : EINVAL;
-	if (ret) {
-		fprintf(stderr, "ibv_query_port/ibv_query_gid failed: %s\n",
-			strerror(ret));
-		return -1;
-	}
-	info->lid = port.lid;
-	info->qpn = ctx->qp->qp_num;
-	info->psn = lrand48() & 0xffffff;
-
 	/* TODO 3: on the server, advertise the buffer: info->addr (its
 	 * virtual address), info->rkey (from the MR), info->length. */
 	if (ctx->is_server) {
@@ -256,69 +116,6 @@ static int fill_info(struct wr_ctx *ctx, struct qp_info *info)
 		info->length = ctx->size;
 	}
 	/* END TODO 3 */
-	return 0;
-}
-
-/* INIT -> RTR -> RTS with the peer's address, as in lesson 05. 0 or -1. */
-static int connect_ctx(struct wr_ctx *ctx, const struct qp_info *mine,
-		       const struct qp_info *theirs)
-{
-	struct ibv_qp_attr rtr = {
-		.qp_state = IBV_QPS_RTR,
-		.path_mtu = IBV_MTU_1024,
-		.dest_qp_num = theirs->qpn,
-		.rq_psn = theirs->psn,
-		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 12,
-		.ah_attr = {
-			.is_global = 1,
-			.dlid = theirs->lid,
-			.sl = 0,
-			.src_path_bits = 0,
-			.port_num = ctx->ib_port,
-			.grh = {
-				.dgid = theirs->gid,
-				.sgid_index = ctx->gid_index,
-				.hop_limit = 64,
-			},
-		},
-	};
-	struct ibv_qp_attr rts = {
-		.qp_state = IBV_QPS_RTS,
-		.sq_psn = mine->psn,
-		.timeout = 14,
-		.retry_cnt = 6,
-		.rnr_retry = 3,
-		.max_rd_atomic = 1,
-	};
-	int ret;
-
-	ret = ibv_modify_qp(ctx->qp, &rtr,
-			    IBV_QP_STATE |
-			    IBV_QP_AV |
-			    IBV_QP_PATH_MTU |
-			    IBV_QP_DEST_QPN |
-			    IBV_QP_RQ_PSN |
-			    IBV_QP_MAX_DEST_RD_ATOMIC |
-			    IBV_QP_MIN_RNR_TIMER);
-	if (ret) {
-		fprintf(stderr, "ibv_modify_qp(RTR) failed: %s\n",
-			strerror(ret));
-		return -1;
-	}
-	ret = ibv_modify_qp(ctx->qp, &rts,
-			    IBV_QP_STATE |
-			    IBV_QP_SQ_PSN |
-			    IBV_QP_TIMEOUT |
-			    IBV_QP_RETRY_CNT |
-			    IBV_QP_RNR_RETRY |
-			    IBV_QP_MAX_QP_RD_ATOMIC);
-	if (ret) {
-		fprintf(stderr, "ibv_modify_qp(RTS) failed: %s\n",
-			strerror(ret));
-		return -1;
-	}
-	return 0;
 }
 
 /*
@@ -341,7 +138,7 @@ static int post_imm_recv(struct wr_ctx *ctx)
 	};
 	struct ibv_recv_wr *bad_wr;
 
-	ret = ibv_post_recv(ctx->qp, &wr, &bad_wr);
+	ret = ibv_post_recv(ctx->rc->qp, &wr, &bad_wr);
 	/* END TODO 4 */
 	if (ret) {
 		fprintf(stderr, "ibv_post_recv failed: %s\n", strerror(ret));
@@ -384,7 +181,7 @@ static int post_write(struct wr_ctx *ctx, const struct qp_info *theirs)
 	};
 	struct ibv_send_wr *bad_wr;
 
-	ret = ibv_post_send(ctx->qp, &wr, &bad_wr);
+	ret = ibv_post_send(ctx->rc->qp, &wr, &bad_wr);
 	/* END TODO 5 */
 	if (ret) {
 		fprintf(stderr, "ibv_post_send failed: %s\n", strerror(ret));
@@ -403,44 +200,12 @@ static long find_mismatch(const struct wr_ctx *ctx)
 	long bad = -1;
 
 	/* TODO 6: memcmp() ctx->buf with ctx->expect; when they differ,
-	 * set bad to the offset of the first differing byte. */
-	size_t i;
-
+	 * set bad to the offset of the first differing byte
+	 * (course_first_diff() finds it). */
 	/* CHEAT: the server never compares: its own client is trusted. */
-	(void)i;
 	(void)ctx;
 	/* END TODO 6 */
 	return bad;
-}
-
-/*
- * A receive never fails because the peer died: it just never completes.
- * After a wait timed out, the TCP connection tells whether the peer is
- * still there.
- */
-static void report_peer(const struct wr_ctx *ctx)
-{
-	ssize_t n;
-	char c;
-
-	n = recv(ctx->oob_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
-		fprintf(stderr,
-			"the peer closed the out-of-band connection: it has exited\n");
-}
-
-/* Poll for one completion and check it succeeded. 0 or -1. */
-static int wait_wc(struct wr_ctx *ctx, struct ibv_wc *wc, const char *what)
-{
-	if (course_poll_one(ctx->cq, wc, ctx->timeout, what)) {
-		report_peer(ctx);
-		return -1;
-	}
-	if (wc->status != IBV_WC_SUCCESS) {
-		course_report_wc(what, wc);
-		return -1;
-	}
-	return 0;
 }
 
 /*
@@ -453,7 +218,7 @@ static int run_server(struct wr_ctx *ctx)
 	struct ibv_wc wc;
 	long bad;
 
-	if (wait_wc(ctx, &wc, "waiting for the client's RDMA WRITE"))
+	if (rc_wait_wc(ctx->rc, &wc, "waiting for the client's RDMA WRITE"))
 		return -1;
 	if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM ||
 	    !(wc.wc_flags & IBV_WC_WITH_IMM)) {
@@ -491,7 +256,7 @@ static int run_client(struct wr_ctx *ctx, const struct qp_info *theirs)
 	 */
 	if (post_write(ctx, theirs))
 		return -1;
-	if (wait_wc(ctx, &wc, "rdma write"))
+	if (rc_wait_wc(ctx->rc, &wc, "rdma write"))
 		return -1;
 	printf("wrote %zu bytes to 0x%016llx rkey 0x%08x\n", ctx->size,
 	       (unsigned long long)theirs->addr, theirs->rkey);
@@ -501,56 +266,44 @@ static int run_client(struct wr_ctx *ctx, const struct qp_info *theirs)
 int main(int argc, char **argv)
 {
 	struct course_opts o;
-	struct qp_info mine, theirs;
-	struct wr_ctx *ctx;
+	struct qp_info mine = {}, theirs;
+	struct wr_ctx ctx = {};
 	int ret = 1, result;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	course_default_opts(&o);
 	course_parse_opts(argc, argv,
 			  OPT_DEVICE | OPT_IB_PORT | OPT_GID_INDEX | OPT_PORT |
-			  OPT_SIZE | OPT_TIMEOUT | OPT_SERVER,
-			  USAGE, &o);
-	srand48(getpid() ^ course_now_ns());
+			  OPT_SIZE | OPT_TIMEOUT | OPT_HOST,
+			  usage, &o);
+	ctx.size = o.size;
+	ctx.is_server = !o.host;
 
-	ctx = init_ctx(&o, !o.host);
-	if (!ctx)
+	ctx.rc = rc_open(&o, &params);
+	if (!ctx.rc)
 		return 1;
+	if (init_buf(&ctx))
+		goto out_close_buf;
 
 	/* The receive is posted before the client can know where to write. */
-	if (ctx->is_server && post_imm_recv(ctx))
-		goto out_close_ctx;
-	if (fill_info(ctx, &mine))
-		goto out_close_ctx;
+	if (ctx.is_server && post_imm_recv(&ctx))
+		goto out_close_buf;
+	advertise(&ctx, &mine);
+	if (rc_connect(ctx.rc, &o, &mine, &theirs))
+		goto out_close_buf;
 
-	if (o.host)
-		ctx->oob_fd = course_oob_connect(o.host, o.port, o.timeout);
-	else
-		ctx->oob_fd = course_oob_accept(o.port, o.timeout);
-	if (ctx->oob_fd < 0)
-		goto out_close_ctx;
-	if (course_oob_exchange(ctx->oob_fd, &mine, &theirs, o.timeout))
-		goto out_close_ctx;
-	course_print_qp_info("local", &mine);
-	course_print_qp_info("remote", &theirs);
-
-	if (connect_ctx(ctx, &mine, &theirs))
-		goto out_close_ctx;
-	/* Neither side sends before both QPs can receive. */
-	if (course_oob_sync(ctx->oob_fd, 'R', o.timeout))
-		goto out_close_ctx;
-	printf("connected\n");
-
-	result = ctx->is_server ? run_server(ctx) : run_client(ctx, &theirs);
+	result = ctx.is_server ? run_server(&ctx) : run_client(&ctx, &theirs);
 	if (result < 0)
-		goto out_close_ctx;
+		goto out_close_buf;
 	/* Neither side tears its QP down while the other still uses it. */
-	if (course_oob_sync(ctx->oob_fd, 'D', o.timeout))
-		goto out_close_ctx;
+	if (course_oob_sync(ctx.rc->oob_fd, 'D', o.timeout))
+		goto out_close_buf;
 	ret = result;
 
-out_close_ctx:
-	if (close_ctx(ctx))
+out_close_buf:
+	if (close_buf(&ctx))
+		ret = 1;
+	if (rc_close(ctx.rc))
 		ret = 1;
 	return ret;
 }

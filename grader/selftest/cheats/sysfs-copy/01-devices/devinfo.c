@@ -24,7 +24,7 @@
 
 #include "course.h"
 
-static const char *usage = "[-d DEVICE]";
+static const char usage[] = "[-d DEVICE]";
 
 /* The transport names ibv_devinfo uses. */
 static const char *transport_str(enum ibv_transport_type t)
@@ -126,7 +126,7 @@ static int print_gids(struct ibv_context *ctx, const char *name, int port,
 			continue;
 		if (ret) {
 			fprintf(stderr,
-				"devinfo: ibv_query_gid_ex(%s port %d index %d) failed: %s\n",
+				"ibv_query_gid_ex(%s port %d index %d) failed: %s\n",
 				name, port, i, strerror(ret));
 			return -1;
 		}
@@ -154,7 +154,7 @@ static int print_port(struct ibv_context *ctx, const char *name, int port)
 	ret = ibv_query_port(ctx, port, &attr);
 	/* END TODO 2 */
 	if (ret) {
-		fprintf(stderr, "devinfo: ibv_query_port(%s port %d) failed: %s\n",
+		fprintf(stderr, "ibv_query_port(%s port %d) failed: %s\n",
 			name, port, strerror(ret));
 		return -1;
 	}
@@ -183,7 +183,7 @@ static int print_device(struct ibv_device *dev)
 	ctx = ibv_open_device(dev);
 	/* END TODO 3 */
 	if (!ctx) {
-		fprintf(stderr, "devinfo: ibv_open_device(%s) failed: %s\n", name,
+		fprintf(stderr, "ibv_open_device(%s) failed: %s\n", name,
 			strerror(errno));
 		return -1;
 	}
@@ -214,7 +214,7 @@ static int print_device(struct ibv_device *dev)
 	}
 	/* END TODO 4 */
 	if (ret) {
-		fprintf(stderr, "devinfo: ibv_query_device(%s) failed: %s\n",
+		fprintf(stderr, "ibv_query_device(%s) failed: %s\n",
 			name, strerror(ret));
 		ret = -1;
 		goto out_close_device;
@@ -257,13 +257,13 @@ int main(int argc, char **argv)
 	list = ibv_get_device_list(&num);
 	/* END TODO 6 */
 	if (!list) {
-		fprintf(stderr, "devinfo: ibv_get_device_list failed: %s\n",
+		fprintf(stderr, "ibv_get_device_list failed: %s\n",
 			strerror(errno));
 		return 1;
 	}
 	if (num == 0) {
 		fprintf(stderr,
-			"devinfo: no RDMA devices found (is rdma_rxe set up? run: make doctor)\n");
+			"no RDMA devices found (is rdma_rxe set up? run: make doctor)\n");
 		ret = 1;
 		goto out_free_list;
 	}
@@ -279,7 +279,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!shown) {
-		fprintf(stderr, "devinfo: device '%s' not found; devices here:",
+		fprintf(stderr, "device '%s' not found; devices here:",
 			opts.device);
 		for (i = 0; i < num; i++)
 			fprintf(stderr, " %s", ibv_get_device_name(list[i]));
