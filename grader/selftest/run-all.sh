@@ -5,11 +5,13 @@
 #   2. pytest -m "not device": the grader against bad programs, the plugin end
 #      to end, the course self-check's static half (files, TODO regions,
 #      warning-free builds)
-#   3. bats: with-rxe through the micro-VM (exit codes, output, timeout)
-#   4. in one vm-setup/with-rxe run: the device smoke test (bats) and
+#   3. bats: with-rxe through the micro-VM (exit codes, output, timeout, the
+#      warm VM, make grade from outside) - in the background, from the start
+#   4a. in one vm-setup/with-rxe run: the device smoke test (bats) and
 #      pytest -m device: the self-check grades solutions (full marks) and
 #      skeletons (not full marks), and the hostile submissions (no more than
 #      the skeletons, nothing changed)
+#   4b. in another VM at the same time: the cheats (test_cheats.py)
 # Exit 0 only when every part passed.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -20,26 +22,42 @@ export ALLOW_MODIFIED_GRADER=1
 PYTHON=${PYTHON:-/usr/bin/python3}
 PYTEST="$PYTHON -m pytest -c grader/pytest.ini --rootdir . grader/selftest"
 
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
 echo "== 1. bats: vm-setup scripts and Makefile =="
 bats grader/bats/scripts.bats
 scripts=$?
+# Parts 3 and 4b boot VMs of their own while 2 and 4a run: most of a VM
+# test's time is waiting, and each VM has its own rxe device and counters.
+# Their output follows the others', in order.
+bats grader/bats/with-rxe.bats >"$logs/3" 2>&1 3>&- &
+part3=$!
 echo "== 2. pytest: grader and course self-check, no device =="
 $PYTEST -m "not device" "$@"
 host=$?
-echo "== 3. bats: with-rxe through the micro-VM =="
-bats grader/bats/with-rxe.bats
-vm=$?
-echo "== 4. in vm-setup/with-rxe: device smoke test, solutions and skeletons graded =="
-# Compile both trees here, natively; the grader in the VM reuses the builds.
+# Compile the trees here, natively; the grader in the VM reuses the builds.
 "$PYTHON" -m grader build solutions && "$PYTHON" -m grader build skeletons &&
 	"$PYTHON" grader/selftest/hostile/tree.py build/selftest/hostile &&
 	"$PYTHON" -m grader build build/selftest/hostile
+vm-setup/with-rxe $PYTEST -m device -v grader/selftest/test_cheats.py "$@" \
+	>"$logs/4b" 2>&1 3>&- &
+part4b=$!
+echo "== 4a. in vm-setup/with-rxe: device smoke test, solutions, skeletons and hostile submissions graded =="
 vm-setup/with-rxe bash -c 'bats grader/bats/device.bats; b=$?
-	'"$PYTEST"' -m device -v "$@"; p=$?
+	'"$PYTEST"' -m device -v --deselect grader/selftest/test_cheats.py "$@"; p=$?
 	[ $b = 0 ] && [ $p = 0 ]' run-all "$@"
 device=$?
+wait $part4b
+cheats=$?
+echo "== 4b. in vm-setup/with-rxe: the cheats graded =="
+cat "$logs/4b"
+wait $part3
+vm=$?
+echo "== 3. bats: with-rxe through the micro-VM =="
+cat "$logs/3"
 
 status() { [ "$1" = 0 ] && echo ok || echo "FAILED ($1)"; }
 echo "make test: scripts $(status $scripts), grader+self-check $(status $host)," \
-	"micro-VM $(status $vm), device $(status $device)"
-[ $scripts = 0 ] && [ $host = 0 ] && [ $vm = 0 ] && [ $device = 0 ]
+	"micro-VM $(status $vm), device $(status $device), cheats $(status $cheats)"
+[ $scripts = 0 ] && [ $host = 0 ] && [ $vm = 0 ] && [ $device = 0 ] && [ $cheats = 0 ]
