@@ -20,7 +20,8 @@ export BATS_LIB_PATH=/usr/lib/bats
 # to grade with modified grader files has a test of its own (test_hostile.py).
 export ALLOW_MODIFIED_GRADER=1
 PYTHON=${PYTHON:-/usr/bin/python3}
-PYTEST="$PYTHON -m pytest -c grader/pytest.ini --rootdir . grader/selftest"
+PYTEST_CMD="$PYTHON -m pytest -c grader/pytest.ini --rootdir ."
+PYTEST="$PYTEST_CMD grader/selftest"
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
@@ -49,7 +50,7 @@ cat "$logs/3"
 "$PYTHON" -m grader build solutions && "$PYTHON" -m grader build skeletons &&
 	"$PYTHON" grader/selftest/hostile/tree.py build/selftest/hostile &&
 	"$PYTHON" -m grader build build/selftest/hostile
-vm-setup/with-rxe $PYTEST -m device -v grader/selftest/test_cheats.py "$@" \
+vm-setup/with-rxe $PYTEST_CMD -m device -v grader/selftest/test_cheats.py "$@" \
 	>"$logs/4b" 2>&1 3>&- &
 part4b=$!
 echo "== 4a. in vm-setup/with-rxe: device smoke test, solutions, skeletons and hostile submissions graded =="
