@@ -101,7 +101,11 @@ PY
 
 @test "warm VM: make vm-up, then commands run in it at once; vm-down stops it" {
 	cd "$COURSE"
-	run make --no-print-directory vm-up
+	# A host directory under /tmp, shared: the guest's clean-up between
+	# commands must leave it alone (a course cloned into /tmp is one).
+	mkdir -p "$BATS_TEST_TMPDIR/shared"
+	echo keep >"$BATS_TEST_TMPDIR/shared/canary"
+	RXE_VM_SHARE="$BATS_TEST_TMPDIR/shared" run make --no-print-directory vm-up
 	assert_success
 	assert_output --partial "warm VM up"
 	run vm-setup/microvm/warm.sh alive
@@ -111,6 +115,7 @@ PY
 	assert_failure 5
 	assert_output "warm rxe0"
 	[ "$stderr" = e ]
+	[ "$(cat "$BATS_TEST_TMPDIR/shared/canary")" = keep ]
 	# A directory the warm VM does not share: a cold VM runs it.
 	cd "$BATS_TEST_TMPDIR"
 	run "$COURSE/vm-setup/with-rxe" bash -c 'test -e /run/rxe-vm/ready || echo cold'

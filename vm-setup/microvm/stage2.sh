@@ -51,7 +51,7 @@ cd "$CWD" || fail "cannot cd to $CWD"
 # other side): spec.sh and env.sh, then "go"; it writes stdout, stderr and,
 # last, rc. "kill" in the job directory ends the command's session. Between
 # commands nothing of the last one is left: its session is killed, the
-# sandbox's user has no process, /tmp is emptied.
+# sandbox's user has no process and no file in /tmp.
 serve_job() {
 	local j=$1 pid rc watcher
 	: >"$j/started"
@@ -77,7 +77,11 @@ serve_job() {
 	wait "$watcher" 2>/dev/null
 	kill -9 -- "-$pid" 2>/dev/null
 	pkill -9 -U 64000 2>/dev/null
-	find /tmp -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null
+	# What the sandbox's user left in /tmp goes; nothing else does. Host
+	# directories shared under /tmp (a course in /tmp/...) are 9p mounts
+	# here: never descend into another file system.
+	find /tmp -xdev -mindepth 1 -maxdepth 1 -user 64000 \
+		-exec rm -rf --one-file-system {} + 2>/dev/null
 	echo "$rc" >"$j/rc.new" && $BB mv "$j/rc.new" "$j/rc"
 }
 if [ "${SERVE:-0}" = 1 ]; then
