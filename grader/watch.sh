@@ -23,7 +23,9 @@ if ! grep -q '^device *= *false' "lessons/$name/lesson.toml" 2>/dev/null &&
 	! vm-setup/microvm/warm.sh alive; then
 	vm-setup/microvm/run.sh --up && started=1
 fi
+waiter=''
 stop() {
+	[ -n "$waiter" ] && kill "$waiter" 2>/dev/null
 	[ $started = 1 ] && vm-setup/microvm/run.sh --down >/dev/null
 	exit 0
 }
@@ -34,6 +36,11 @@ while :; do
 	make --no-print-directory grade LESSON="${name%%-*}" SRC="$src"
 	echo "== waiting for a change in $src/$name/ =="
 	# A save is a write, or an editor's rename over the file.
-	inotifywait -q -q -r -e close_write,moved_to,create,delete "$src/$name" "lessons/$name"
+	# In the background: bash runs the INT/TERM trap during 'wait' at once,
+	# but only after a foreground command has finished.
+	inotifywait -q -q -r -e close_write,moved_to,create,delete "$src/$name" "lessons/$name" &
+	waiter=$!
+	wait "$waiter"
+	waiter=''
 	sleep 0.2 # let an editor finish its rename dance
 done

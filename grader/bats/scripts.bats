@@ -253,8 +253,15 @@ accel: tcg"
 	grep -q "Score: 0/14" "$log"
 	cp "$COURSE/solutions/04-work-requests/worksheet.c" "$src/04-work-requests/"
 	wait_for "Score: 14/14" || { kill "$watcher"; cat "$log"; fail "no regrade after the save"; }
-	pkill -INT -P "$watcher" 2>/dev/null
-	kill "$watcher" 2>/dev/null
-	pkill -f "grader/watch.sh 04 $src" || true
-	pkill -f "inotifywait.*$src" || true
+	# Stopping it leaves nothing of it running.
+	wait_for "waiting for a change" || true
+	# (a background job of a script ignores SIGINT: TERM, which it traps the same)
+	pkill -TERM -f "grader/watch.sh 04 $src"
+	for _ in $(seq 200); do
+		pgrep -r R,S,D,T -f "grader/watch.sh 04 $src|inotifywait.*$src" >/dev/null || break
+		sleep 0.1
+	done
+	run pgrep -r R,S,D,T -f "grader/watch.sh 04 $src|inotifywait.*$src"
+	kill "$watcher" 2>/dev/null || true
+	assert_failure
 }
