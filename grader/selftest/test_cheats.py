@@ -1,11 +1,11 @@
 """The grader against programs that skip the real work but print what the
-tests look for (grader/selftest/cheats/CLASS/NN-topic/, each a copy of the
-solution with the fake marked CHEAT). Each cheat must lose exactly the
+tests look for (grader/selftest/cheats/CLASS/NN-topic/FILE.patch: a patch
+of the solution's FILE.c, the fake marked CHEAT). Each cheat must lose exactly the
 points it fakes - the tests named in EXPECTED - and keep the rest.
 
 To spend the VM's time once, every cheated lesson is graded in one pytest
 run over one tree, build/selftest-cheats/, whose NN-topic directories are
-copies of the cheats (no lesson is faked by two classes); the non-device
+the solutions with the cheats applied (no lesson is faked by two classes); the non-device
 test below compiles it on the host first.
 """
 
@@ -94,9 +94,10 @@ CONVINCED = {
 
 
 def make_tree():
-    """build/selftest-cheats/NN-topic/: a copy of cheats/CLASS/NN-topic/
-    (copies, not links: the build refuses symbolic links). Files are only
-    rewritten when they changed, so the host's compile is reused."""
+    """build/selftest-cheats/NN-topic/: the solution's files, each with the
+    cheat's patch (cheats/CLASS/NN-topic/FILE.patch) applied, so a cheat
+    follows the solution it fakes. Files are only rewritten when they
+    changed, so the host's compile is reused."""
     lessons = {}
     for cls, per in EXPECTED.items():
         for lesson in per:
@@ -106,17 +107,21 @@ def make_tree():
             assert src.is_dir(), f"no cheats/{cls}/{lesson}"
             lessons[lesson] = cls
             dst = TREE / lesson
-            if dst.is_symlink():
-                dst.unlink()
             dst.mkdir(parents=True, exist_ok=True)
-            names = {f.name for f in src.iterdir() if f.is_file()}
-            for old in dst.iterdir():
-                if old.is_file() and old.name not in names:
-                    old.unlink()
-            for name in names:
-                data = (src / name).read_bytes()
-                if not (dst / name).exists() or (dst / name).read_bytes() != data:
-                    (dst / name).write_bytes(data)
+            for sol in (COURSE / "solutions" / lesson).iterdir():
+                data = sol.read_bytes()
+                patch = src / (sol.stem + ".patch")
+                if patch.exists():
+                    res = subprocess.run(
+                        ["patch", "-s", "-o", "-", str(sol), str(patch)],
+                        capture_output=True, timeout=60)
+                    assert res.returncode == 0, (
+                        f"cheats/{cls}/{lesson}/{patch.name} no longer "
+                        f"applies to solutions/{lesson}/{sol.name}:\n"
+                        + res.stdout.decode() + res.stderr.decode())
+                    data = res.stdout
+                if not (dst / sol.name).exists() or (dst / sol.name).read_bytes() != data:
+                    (dst / sol.name).write_bytes(data)
     return lessons
 
 
@@ -125,7 +130,7 @@ def test_every_cheat_class_has_its_tree():
     assert classes == set(EXPECTED), "cheats/ and EXPECTED disagree"
     for cls, per in EXPECTED.items():
         for lesson in per:
-            marked = [c for c in (CHEATS / cls / lesson).glob("*.c")
+            marked = [c for c in (CHEATS / cls / lesson).glob("*.patch")
                       if "CHEAT" in c.read_text()]
             assert marked, f"cheats/{cls}/{lesson}: mark the fake CHEAT"
 
