@@ -1,0 +1,198 @@
+"""Planted mistakes prove the lessons' symptoms (lesson.toml [[symptom]]).
+
+grader/selftest/mutants/NN/NAME/FILE.patch is one realistic mistake: a patch
+of solutions/NN-topic/FILE.c whose first lines say what it plants and what
+it must prove:
+
+    mutant: IBV_QP_MAX_DEST_RD_ATOMIC in the RTS mask
+    symptom: rts-mask
+    tests: test_state_sequence test_send
+
+Graded with those tests only, a mutant must (a) lose points and (b) have the
+cause of symptom `rts-mask` shown first in its first failing test's output
+(`likely cause: ...`). Every symptom of every lesson must be named by a
+mutant: a symptom no mutant proves is a row of the README nobody checked.
+
+The trees (build/selftest-mutants/NN-NAME/NN-topic/) are made and compiled
+on the host (the non-device tests below); the device test grades them
+inside the VM, in this process (pytest.main per mutant: `import pytest`
+under emulation costs seconds), beside the cheats (run-all.sh part 4b).
+Lessons graded without a device (lesson.toml: device = false) are graded
+right here on the host.
+"""
+
+import json
+import os
+import re
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import COURSE, patched_lesson
+
+MUTANTS = COURSE / "grader" / "selftest" / "mutants"
+TREE = COURSE / "build" / "selftest-mutants"
+LESSONS = {p.name[:2]: p for p in (COURSE / "lessons").glob("[0-9][0-9]-*")
+           if p.is_dir()}
+
+
+def _meta(lesson_dir):
+    path = lesson_dir / "lesson.toml"
+    return tomllib.loads(path.read_text()) if path.exists() else {}
+
+
+class Mutant:
+    def __init__(self, path):
+        self.path = path
+        self.num = path.parent.name
+        self.name = path.name
+        self.id = f"{self.num}/{self.name}"
+        assert self.num in LESSONS, f"mutants/{self.id}: no lesson {self.num}"
+        self.lesson = LESSONS[self.num].name
+        head = {}
+        patches = sorted(path.glob("*.patch"))
+        assert patches, f"mutants/{self.id}: no FILE.patch"
+        for p in patches:
+            for line in p.read_text().split("\n---", 1)[0].splitlines():
+                key, sep, value = line.partition(": ")
+                if sep and key in ("mutant", "symptom", "tests"):
+                    assert key not in head, f"mutants/{self.id}: two '{key}:'"
+                    head[key] = value.strip()
+        for key in ("mutant", "symptom", "tests"):
+            assert head.get(key), f"mutants/{self.id}: no '{key}:' line"
+        self.what, self.symptom = head["mutant"], head["symptom"]
+        self.tests = head["tests"].split()
+        self.tree = TREE / f"{self.num}-{self.name}"
+        self.device = _meta(LESSONS[self.num]).get("device", True)
+
+    def make_tree(self):
+        patched_lesson(self.lesson, self.path, self.tree / self.lesson,
+                       f"mutants/{self.id}")
+
+    def nodes(self):
+        """The test node ids of self.tests (each in one of the lesson's
+        test files)."""
+        files = sorted((COURSE / "grader" / "lessons").glob(
+            f"test_{self.num}_*.py"))
+        out = []
+        for test in self.tests:
+            where = [f for f in files if re.search(
+                rf"^def {test}\(", f.read_text(), re.M)]
+            assert len(where) == 1, (f"mutants/{self.id}: test {test} is in "
+                                     f"{len(where)} files of lesson {self.num}")
+            out.append(f"{where[0].relative_to(COURSE)}::{test}")
+        return out
+
+
+def all_mutants():
+    return [Mutant(p) for p in sorted(MUTANTS.glob("[0-9][0-9]/*"))
+            if p.is_dir()]
+
+
+def _symptoms(num):
+    from grader import symptoms
+    return {s.id: s for s in symptoms.load(_meta(LESSONS[num]))}
+
+
+def test_every_symptom_is_proven_by_a_mutant():
+    named = {}
+    for m in all_mutants():
+        syms = _symptoms(m.num)
+        assert m.symptom in syms, (f"mutants/{m.id} names symptom "
+                                   f"'{m.symptom}', which lessons/{m.lesson}/"
+                                   f"lesson.toml does not have")
+        named.setdefault(m.num, set()).add(m.symptom)
+    unproven = [f"{LESSONS[n].name}: {s}" for n in sorted(LESSONS)
+                for s in _symptoms(n) if s not in named.get(n, set())]
+    assert not unproven, ("symptoms no mutant proves (add one under "
+                          "grader/selftest/mutants/NN/):\n  "
+                          + "\n  ".join(unproven))
+
+
+def test_mutants_compile():
+    """Make and compile every mutant's tree here (on the host); the device
+    test reuses the builds."""
+    from grader.build import compile_lesson
+    for m in all_mutants():
+        m.make_tree()
+        res = compile_lesson(COURSE, m.tree, m.lesson)
+        assert not res["missing"] and res["rc"] == 0, (
+            f"mutants/{m.id}:\n{res['command']}\n{res['stdout']}"
+            f"{res['stderr']}")
+
+
+def grade_mutant(m, out):
+    """Grade mutant @m with its tests, in this process; its problems
+    (a list of lines, empty when it proves its symptom) and the seconds."""
+    t0 = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.json"
+    rc = pytest.main(
+        ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir", str(COURSE),
+         "-p", "grader.plugin", "-qq", "--tb=no", "-rN", "--color=no",
+         "-p", "no:cacheprovider", *m.nodes(), f"--src={m.tree}",
+         *(["--prebuilt"] if m.device else []), f"--lesson={m.num}",
+         f"--results={results}",
+         f"--transcripts={out}/transcripts"])
+    took = time.monotonic() - t0
+    if not results.exists():
+        return [f"mutants/{m.id}: grading wrote no results (pytest exit "
+                f"{int(rc)})"], took
+    data = json.loads(results.read_text())
+    problems = []
+    if data["score"] >= data["max_score"]:
+        problems.append(f"mutants/{m.id} ({m.what}) lost no points in "
+                        f"{', '.join(m.tests)}")
+    failing = [t for t in data["tests"] if t["status"] != "passed"]
+    if failing:
+        sym = _symptoms(m.num).get(m.symptom)
+        want = sym.cause if sym else f"(no symptom '{m.symptom}')"
+        output = failing[0]["output"]
+        first = next((line[len("likely cause: "):] for line in
+                      output.splitlines()
+                      if line.startswith("likely cause: ")), None)
+        if first != want:
+            problems.append(
+                f"mutants/{m.id} ({m.what}): the first cause shown in "
+                f"'{failing[0]['name']}' is not symptom '{m.symptom}'\n"
+                f"  expected: {want}\n  shown:    {first}\n  output:\n"
+                + "\n".join("    | " + x for x in output.splitlines()))
+    return problems, took
+
+
+def _grade_all(mutants, tmp_path):
+    problems, times = [], []
+    for m in mutants:
+        p, took = grade_mutant(m, tmp_path / f"{m.num}-{m.name}")
+        problems += p
+        times.append(f"{took:6.1f} s  {m.id}")
+    report = "\n".join(times) + f"\n{sum(float(t.split()[0]) for t in times):6.1f} s  total\n"
+    (TREE / f"times-{'device' if mutants[0].device else 'host'}.txt").write_text(report)
+    return problems, report
+
+
+def test_host_mutants_prove_their_symptoms(tmp_path):
+    """The mutants of lessons graded without a device, graded here."""
+    mutants = [m for m in all_mutants() if not m.device]
+    if not mutants:
+        return
+    for m in mutants:
+        m.make_tree()
+    problems, report = _grade_all(mutants, tmp_path)
+    assert not problems, "\n".join(problems) + "\n" + report
+
+
+@pytest.mark.device
+@pytest.mark.timeout(1200)
+def test_device_mutants_prove_their_symptoms(tmp_path):
+    if not os.environ.get("RDMA_DEVICE"):
+        pytest.fail("no RDMA device: run through vm-setup/with-rxe "
+                    "(make test does)")
+    only = os.environ.get("MUTANTS", "")     # e.g. MUTANTS=05,08/never-acked
+    mutants = [m for m in all_mutants() if m.device and (
+        not only or any(m.id.startswith(o) for o in only.split(",")))]
+    problems, report = _grade_all(mutants, tmp_path)
+    print(report)
+    assert not problems, "\n".join(problems) + "\n" + report
