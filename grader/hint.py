@@ -67,6 +67,12 @@ def main(argv):
               f"'Debugging', and the transcript under .grade/transcripts/"
               f"{name}/.")
         return 0
+    if showed_causes and n == 0:
+        from .symptoms import load
+        rows = {s.id: s.row for s in load(meta)}
+        print(f"{test}: its failure showed the likely cause (lessons/{name}/"
+              f"README.md, Common failures: "
+              + "; ".join(rows.get(i, i) for i in showed_causes) + ").")
     print(f"{test}, hint {n + 1} of {len(tiers)}:\n  {tiers[n]}")
     shown[key] = n + 1
     SHOWN.parent.mkdir(parents=True, exist_ok=True)

@@ -8,15 +8,17 @@ it must prove:
     symptom: rts-mask
     tests: test_state_sequence test_send
 
-Graded with those tests only, a mutant must (a) lose points and (b) have the
+Graded with those tests only (`--lesson NN`, the test ids), a mutant must (a) lose points and (b) have the
 cause of symptom `rts-mask` shown first in its first failing test's output
 (`likely cause: ...`). Every symptom of every lesson must be named by a
 mutant: a symptom no mutant proves is a row of the README nobody checked.
 
 The trees (build/selftest-mutants/NN-NAME/NN-topic/) are made and compiled
 on the host (the non-device tests below); the device test grades them
-inside the VM, in this process (pytest.main per mutant: `import pytest`
-under emulation costs seconds), beside the cheats (run-all.sh part 4b).
+inside the VM beside the cheats (run-all.sh part 4b): pytest.main() per
+mutant in a fork of this process (`import pytest` under emulation costs
+seconds), several at a time (MUTANTS_PARALLEL, default 6). MUTANTS=05,08/x
+grades only those.
 Lessons graded without a device (lesson.toml: device = false) are graded
 right here on the host.
 """
@@ -24,6 +26,7 @@ right here on the host.
 import json
 import os
 import re
+import sys
 import time
 import tomllib
 from pathlib import Path
@@ -112,34 +115,40 @@ def test_every_symptom_is_proven_by_a_mutant():
 
 
 def test_mutants_compile():
-    """Make and compile every mutant's tree here (on the host); the device
-    test reuses the builds."""
+    """Make and compile every mutant's tree here (on the host, two at a
+    time; a tree whose inputs did not change is not compiled again); the
+    device test reuses the builds."""
+    from concurrent.futures import ThreadPoolExecutor
     from grader.build import compile_lesson
-    for m in all_mutants():
+    mutants = all_mutants()
+    for m in mutants:
         m.make_tree()
-        res = compile_lesson(COURSE, m.tree, m.lesson)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(
+            lambda m: compile_lesson(COURSE, m.tree, m.lesson), mutants))
+    for m, res in zip(mutants, results):
         assert not res["missing"] and res["rc"] == 0, (
             f"mutants/{m.id}:\n{res['command']}\n{res['stdout']}"
             f"{res['stderr']}")
 
 
-def grade_mutant(m, out):
-    """Grade mutant @m with its tests, in this process; its problems
-    (a list of lines, empty when it proves its symptom) and the seconds."""
-    t0 = time.monotonic()
-    out.mkdir(parents=True, exist_ok=True)
+def _pytest_args(m, out):
+    return ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir", str(COURSE),
+            "-p", "grader.plugin", "-qq", "--tb=no", "-rN", "--color=no",
+            "-p", "no:cacheprovider", *m.nodes(), f"--src={m.tree}",
+            *(["--prebuilt"] if m.device else []), f"--lesson={m.num}",
+            f"--results={out}/results.json",
+            f"--transcripts={out}/transcripts"]
+
+
+def check_mutant(m, out):
+    """Mutant @m's problems (lines; none when it proves its symptom), from
+    the results its grading wrote into @out."""
     results = out / "results.json"
-    rc = pytest.main(
-        ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir", str(COURSE),
-         "-p", "grader.plugin", "-qq", "--tb=no", "-rN", "--color=no",
-         "-p", "no:cacheprovider", *m.nodes(), f"--src={m.tree}",
-         *(["--prebuilt"] if m.device else []), f"--lesson={m.num}",
-         f"--results={results}",
-         f"--transcripts={out}/transcripts"])
-    took = time.monotonic() - t0
     if not results.exists():
-        return [f"mutants/{m.id}: grading wrote no results (pytest exit "
-                f"{int(rc)})"], took
+        log = out / "log"
+        return [f"mutants/{m.id}: grading wrote no results\n"
+                + (log.read_text()[-3000:] if log.exists() else "")]
     data = json.loads(results.read_text())
     problems = []
     if data["score"] >= data["max_score"]:
@@ -159,17 +168,64 @@ def grade_mutant(m, out):
                 f"'{failing[0]['name']}' is not symptom '{m.symptom}'\n"
                 f"  expected: {want}\n  shown:    {first}\n  output:\n"
                 + "\n".join("    | " + x for x in output.splitlines()))
-    return problems, took
+    return problems
 
 
-def _grade_all(mutants, tmp_path):
-    problems, times = [], []
-    for m in mutants:
-        p, took = grade_mutant(m, tmp_path / f"{m.num}-{m.name}")
-        problems += p
-        times.append(f"{took:6.1f} s  {m.id}")
-    report = "\n".join(times) + f"\n{sum(float(t.split()[0]) for t in times):6.1f} s  total\n"
-    (TREE / f"times-{'device' if mutants[0].device else 'host'}.txt").write_text(report)
+def _fork_grade(m, out):
+    """Grade @m in a child of this process (pytest is imported already:
+    under the VM's emulation that saves seconds per mutant); its pid."""
+    out.mkdir(parents=True, exist_ok=True)
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            fd = os.open(out / "log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            # The outer session's capture holds sys.stdout: the log instead.
+            sys.stdout = sys.stderr = os.fdopen(os.dup(1), "w", buffering=1)
+            code = int(pytest.main(_pytest_args(m, out)))
+        finally:
+            os._exit(code)
+    return pid
+
+
+# Mutants graded at once. Most of a mutant's time is a program waiting for
+# its --timeout (10 s in lessons 05-08), which overlaps well; each has its
+# own sandbox (per pid) and ports (-p 0). No symptom of lessons 01-08 reads
+# the device-wide counters, which other mutants' runs would move.
+PARALLEL = int(os.environ.get("MUTANTS_PARALLEL", "6"))
+
+
+def _grade_all(mutants, tmp_path, parallel):
+    """Grade @mutants, @parallel at a time, the slowest (last run's times)
+    first; (problems, a report of the seconds each took)."""
+    times_file = TREE / f"times-{'device' if mutants[0].device else 'host'}.txt"
+    last = {}
+    if times_file.exists():
+        for line in times_file.read_text().splitlines():
+            f = line.split()
+            if len(f) == 3 and f[1] == "s":
+                last[f[2]] = float(f[0])
+    todo = sorted(mutants, key=lambda m: -last.get(m.id, 0))
+    t0 = time.monotonic()
+    running, took, problems = {}, {}, []
+    while todo or running:
+        while todo and len(running) < parallel:
+            m = todo.pop(0)
+            running[_fork_grade(m, tmp_path / f"{m.num}-{m.name}")] = (
+                m, time.monotonic())
+        pid, _ = os.wait()
+        if pid not in running:
+            continue
+        m, start = running.pop(pid)
+        took[m.id] = time.monotonic() - start
+        problems += check_mutant(m, tmp_path / f"{m.num}-{m.name}")
+    report = "".join(f"{took[m.id]:6.1f} s {m.id}\n" for m in mutants)
+    report += (f"{time.monotonic() - t0:6.1f} s wall for {len(mutants)} "
+               f"mutants, {parallel} at a time\n")
+    times_file.parent.mkdir(parents=True, exist_ok=True)
+    times_file.write_text(report)
     return problems, report
 
 
@@ -180,7 +236,7 @@ def test_host_mutants_prove_their_symptoms(tmp_path):
         return
     for m in mutants:
         m.make_tree()
-    problems, report = _grade_all(mutants, tmp_path)
+    problems, report = _grade_all(mutants, tmp_path, PARALLEL)
     assert not problems, "\n".join(problems) + "\n" + report
 
 
@@ -193,6 +249,6 @@ def test_device_mutants_prove_their_symptoms(tmp_path):
     only = os.environ.get("MUTANTS", "")     # e.g. MUTANTS=05,08/never-acked
     mutants = [m for m in all_mutants() if m.device and (
         not only or any(m.id.startswith(o) for o in only.split(",")))]
-    problems, report = _grade_all(mutants, tmp_path)
+    problems, report = _grade_all(mutants, tmp_path, PARALLEL)
     print(report)
     assert not problems, "\n".join(problems) + "\n" + report

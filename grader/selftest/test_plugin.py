@@ -315,3 +315,24 @@ def test_all_passing_exits_zero(course, tmp_path):
     res = grade(course, "--lesson", "90", "-k", "pass or wrong", src=tmp_path)
     assert res.returncode == 0, res.stdout
     assert res.stdout.rstrip().splitlines()[-1] == "Score: 5/5"
+
+
+def test_make_hint_starts_at_the_first_hint_after_causes(tmp_path, monkeypatch,
+                                                         capsys):
+    """A failure that showed likely causes did not show the test's first
+    hint: make hint gives that one next (and says which causes were
+    shown); after a failure that showed the first hint, the second."""
+    from grader import hint
+    monkeypatch.setattr(hint, "SHOWN", tmp_path / "hints.json")
+    monkeypatch.setattr(hint, "STATUS", tmp_path / "status.json")
+    status = {"03-queue-pairs": {"first_failing_test": "test_state_sequence",
+                                 "first_failing_causes": ["rts-mask"]}}
+    (tmp_path / "status.json").write_text(json.dumps(status))
+    assert hint.main(["--lesson", "03"]) == 0
+    out = capsys.readouterr().out
+    assert "RTR -> RTS) failed" in out and "hint 1 of 1" in out
+    status["03-queue-pairs"]["first_failing_causes"] = []
+    (tmp_path / "status.json").write_text(json.dumps(status))
+    (tmp_path / "hints.json").unlink()
+    hint.main(["--lesson", "03"])
+    assert "no more hints" in capsys.readouterr().out
