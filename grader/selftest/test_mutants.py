@@ -29,6 +29,7 @@ import re
 import sys
 import time
 import tomllib
+import warnings
 from pathlib import Path
 
 import pytest
@@ -197,6 +198,21 @@ def _fork_grade(m, out):
 PARALLEL = int(os.environ.get("MUTANTS_PARALLEL", "6"))
 
 
+def _preimport(mutants):
+    """Import the grader and the mutants' lessons' test modules once, here,
+    as pytest would (rootdir-relative, `prepend`): every fork reuses them."""
+    import importlib
+    import grader.plugin  # noqa: F401
+    lessons = str(COURSE / "grader" / "lessons")
+    if lessons not in sys.path:
+        sys.path.insert(0, lessons)
+    with warnings.catch_warnings():     # @points: a mark of the plugin's
+        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+        for num in sorted({m.num for m in mutants}):
+            for f in sorted(Path(lessons).glob(f"test_{num}_*.py")):
+                importlib.import_module(f.stem)
+
+
 def _grade_all(mutants, tmp_path, parallel):
     """Grade @mutants, @parallel at a time, the slowest (last run's times)
     first; (problems, a report of the seconds each took)."""
@@ -208,6 +224,7 @@ def _grade_all(mutants, tmp_path, parallel):
             if len(f) == 3 and f[1] == "s":
                 last[f[2]] = float(f[0])
     todo = sorted(mutants, key=lambda m: -last.get(m.id, 0))
+    _preimport(mutants)
     t0 = time.monotonic()
     running, took, problems = {}, {}, []
     while todo or running:
