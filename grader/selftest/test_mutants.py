@@ -241,8 +241,10 @@ def _grade_all(mutants, tmp_path, parallel):
     report = "".join(f"{took[m.id]:6.1f} s {m.id}\n" for m in mutants)
     report += (f"{time.monotonic() - t0:6.1f} s wall for {len(mutants)} "
                f"mutants, {parallel} at a time\n")
+    last.update(took)
     times_file.parent.mkdir(parents=True, exist_ok=True)
-    times_file.write_text(report)
+    times_file.write_text("".join(f"{t:6.1f} s {i}\n" for i, t in
+                                  sorted(last.items())) + report.splitlines()[-1] + "\n")
     return problems, report
 
 
