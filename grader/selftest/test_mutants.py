@@ -8,9 +8,10 @@ it must prove:
     symptom: rts-mask
     tests: test_state_sequence test_send
 
-Graded with those tests only (`--lesson NN`, the test ids), a mutant must (a) lose points and (b) have the
-cause of symptom `rts-mask` shown first in its first failing test's output
-(`likely cause: ...`). Every symptom of every lesson must be named by a
+Graded with those tests only (`--lesson NN`, the test ids), a mutant must
+(a) lose points and (b) have the cause of symptom `rts-mask` shown first in
+its first failing test's output (`likely cause: ...`), which also names the
+command that reproduces it. Every symptom of every lesson must be named by a
 mutant: a symptom no mutant proves is a row of the README nobody checked.
 
 The trees (build/selftest-mutants/NN-NAME/NN-topic/) are made and compiled
@@ -163,6 +164,10 @@ def check_mutant(m, out):
         first = next((line[len("likely cause: "):] for line in
                       output.splitlines()
                       if line.startswith("likely cause: ")), None)
+        if not re.search(r"^\s*(command|reproduce):", output, re.M):
+            problems.append(f"mutants/{m.id}: the failure block of "
+                            f"'{failing[0]['name']}' has no command to "
+                            f"reproduce it:\n{output}")
         if first != want:
             problems.append(
                 f"mutants/{m.id} ({m.what}): the first cause shown in "
