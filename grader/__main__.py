@@ -1,17 +1,20 @@
 """python3 -m grader build SRC [NN-topic ...] - compile lessons ahead of
 grading; python3 -m grader grade [...] - what make grade runs (grader/grade.py);
 python3 -m grader status - make status (grader/status.py);
-python3 -m grader hint - make hint (grader/hint.py)."""
+python3 -m grader hint - make hint (grader/hint.py);
+python3 -m grader symptoms [--write] NN - a lesson's Common failures table,
+rendered from its lesson.toml (grader/symptoms.py)."""
 
 import sys
 
-from . import build, grade, hint, status
+from . import build, grade, hint, status, symptoms
 
 USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
          "       python3 -m grader grade [--src DIR] [--lesson L] "
          "[--results FILE] [--junit FILE] [--test NAME] [-v]\n"
          "       python3 -m grader status\n"
-         "       python3 -m grader hint --lesson NN [--test NAME]")
+         "       python3 -m grader hint --lesson NN [--test NAME]\n"
+         "       python3 -m grader symptoms [--write] NN")
 
 if __name__ == "__main__":
     verb = sys.argv[1] if len(sys.argv) > 1 else ""
@@ -23,5 +26,7 @@ if __name__ == "__main__":
         sys.exit(status.main(sys.argv[2:]))
     if verb == "hint":
         sys.exit(hint.main(sys.argv[2:]))
+    if verb == "symptoms":
+        sys.exit(symptoms.main(sys.argv[2:]))
     print(USAGE, file=sys.stderr)
     sys.exit(2)

@@ -38,6 +38,8 @@ class Transcript:
 
     def __init__(self):
         self.parts = []
+        self.runs = []          # (Result, student program?) in order
+        self.counters = []      # counter deltas the test computed
 
     def add(self, text):
         self.parts.append(text)
@@ -104,7 +106,7 @@ class Result:
     """The outcome of one finished command."""
 
     def __init__(self, cmd, returncode, stdout, stderr, duration, timed_out,
-                 timeout):
+                 timeout, final=None):
         self.cmd = cmd
         self.returncode = returncode
         self.stdout = stdout
@@ -115,6 +117,12 @@ class Result:
         self.signal = (signal_name(-returncode)
                        if returncode is not None and returncode < 0
                        and not timed_out else None)
+        # `final`: a regex for the program's last line of a finished run
+        # (lesson.toml [final_line]); killed after printing it, the program
+        # hung while cleaning up, not while working.
+        lines = stdout.rstrip("\n").splitlines()
+        self.hung_after_output = bool(
+            timed_out and final and lines and re.search(final, lines[-1]))
 
     @property
     def command(self):
@@ -122,7 +130,11 @@ class Result:
 
     def status(self):
         if self.timed_out:
-            return f"timed out after {self.timeout} s and was killed"
+            # Killed by the grader's own limit, not the program's -t: say so.
+            if self.hung_after_output:
+                return (f"killed by the grader after {self.timeout} s: it "
+                        f"hung after its last output (during cleanup?)")
+            return f"killed by the grader after {self.timeout} s"
         if self.signal:
             return f"crashed with {self.signal}"
         return f"exited with status {self.returncode}"
@@ -168,7 +180,8 @@ class Result:
         return self
 
 
-def _record(result, label="run"):
+def _record(result, label="run", student=False):
+    current_transcript().runs.append((result, student))
     current_transcript().add(
         f"$ {result.command}    # {label}, {result.duration:.2f}s, "
         f"{result.status()}\n"
@@ -200,8 +213,9 @@ class Proc:
     """A running program in its own process group (see start())."""
 
     def __init__(self, cmd, env=None, cwd=None, timeout=DEFAULT_TIMEOUT,
-                 sandbox=None, on_result=None):
+                 sandbox=None, on_result=None, final=None):
         self.cmd = [str(c) for c in cmd]
+        self.final = final
         self.timeout = timeout
         self.on_result = on_result
         self.match = None
@@ -294,8 +308,8 @@ class Proc:
         self.result = Result(self.cmd, self.proc.returncode, self.out.text(),
                              self.err.text(),
                              time.monotonic() - self.start_time, timed_out,
-                             timeout)
-        _record(self.result)
+                             timeout, final=self.final)
+        _record(self.result, student=self.sandbox is not None)
         if self.on_result:
             self.on_result(self.result)
         return self.result
@@ -317,12 +331,12 @@ class Proc:
 
 
 def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
-          input=None, sandbox=None, on_result=None):
+          input=None, sandbox=None, on_result=None, final=None):
     """Start `cmd` in its own process group (inside `sandbox`, a
     grader.sandbox.Sandbox, when given); when `ready` is a regex, wait for it
     on stdout first. Use as a context manager."""
     p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox,
-             on_result=on_result)
+             on_result=on_result, final=final)
     p.feed(input)
     if ready:
         try:
@@ -334,10 +348,11 @@ def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
 
 
 def run(cmd, timeout=DEFAULT_TIMEOUT, input=None, env=None, cwd=None,
-        sandbox=None):
+        sandbox=None, final=None):
     """Run `cmd` to completion (killed at `timeout`, inside `sandbox` when
     given); the Result."""
-    p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox)
+    p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox,
+             final=final)
     p.feed(input)
     return p.wait()
 

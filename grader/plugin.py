@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from . import harness
+from . import harness, symptoms
 from .build import build_dir, compile_lesson
 from .harness import GradeFailure
 from .rxe import Rdma
@@ -50,6 +50,10 @@ class Lesson:
         except tomllib.TOMLDecodeError as e:
             raise pytest.UsageError(f"{meta}: {e}") from e
         self.title = self.meta.get("title", self.name)
+        try:
+            self.symptoms = symptoms.load(self.meta, str(meta))
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from e
         self.timeout = int(self.meta.get("timeout", harness.DEFAULT_TIMEOUT))
         self.build_log = ""
         self.warnings = ""
@@ -63,6 +67,10 @@ class Lesson:
     def hint(self, test_name):
         tiers = self.hints(test_name)
         return tiers[0] if tiers else None
+
+    def final_line(self, prog):
+        """lesson.toml [final_line]: the regex of PROG's last line."""
+        return self.meta.get("final_line", {}).get(prog)
 
 
 def find_lessons(course):
@@ -142,7 +150,9 @@ class Build:
         # hanging lesson costs one full timeout, not one per test.
         return min(t, HUNG_TIMEOUT) if self.hung else t
 
-    def _saw(self, result):
+    def _saw(self, result, prog=None):
+        if prog:
+            result.prog = prog
         if result.timed_out and not self.hung:
             self.hung = result.command
 
@@ -156,8 +166,9 @@ class Build:
         """Run the student's `prog` in the sandbox, to completion."""
         res = harness.run([*wrap, self.path(prog), *args],
                           timeout=self._timeout(timeout), input=input,
-                          env=env, sandbox=self.sandbox)
-        self._saw(res)
+                          env=env, sandbox=self.sandbox,
+                          final=self.lesson.final_line(prog))
+        self._saw(res, prog)
         return res
 
     def start(self, prog, *args, ready=r"listening on port (\d+)",
@@ -166,7 +177,8 @@ class Build:
         return harness.start([*wrap, self.path(prog), *args], ready=ready,
                              timeout=self._timeout(timeout), env=env,
                              input=input, sandbox=self.sandbox,
-                             on_result=self._saw)
+                             on_result=lambda r: self._saw(r, prog),
+                             final=self.lesson.final_line(prog))
 
     def run_cmd(self, cmd, timeout=None, input=None, env=None):
         return harness.run(cmd, timeout=self._timeout(timeout), input=input,
@@ -239,6 +251,7 @@ class Grader:
         self.items = {}             # nodeid -> (lesson number, points, title)
         self.last_of_lesson = set()
         self.outcome = {}           # nodeid -> dict(passed, duration, output)
+        self.causes = {}            # nodeid -> ids of the symptoms shown
         self.started = time.monotonic()
         self.tr = None
         self.test_filter = config.getoption("test")
@@ -404,11 +417,27 @@ class Grader:
         note = build.hung_note() if build else None
         if note:
             msg += "\n" + note
+        transcript = harness.current_transcript()
+        if not re.search(r"^\s*(command|reproduce):", msg, re.M):
+            # Every failure says how to reproduce it: the last program of
+            # the submission the test ran.
+            runs = [r for r, student in transcript.runs if student]
+            if runs:
+                msg += f"\ncommand: {runs[-1].command}"
         path = self.save_transcript(item, lesson, msg)
         lines = [msg, f"transcript: {path}"]
-        hint = lesson.hint(item.originalname or item.name)
-        if hint:
-            lines.append(f"hint: {hint}")
+        test = item.originalname or item.name
+        causes = symptoms.diagnose(lesson.symptoms, test,
+                                   symptoms.evidence(transcript, msg))
+        self.causes[item.nodeid] = [s.id for s in causes]
+        if causes:
+            # What the run printed names the cause: most specific first.
+            lines.append(f"likely cause: {causes[0].cause}")
+            lines += [f"  or: {s.cause}" for s in causes[1:]]
+        else:
+            hint = lesson.hint(test)
+            if hint:
+                lines.append(f"hint: {hint}")
         return "\n".join(lines)
 
     def save_transcript(self, item, lesson, msg):
@@ -507,7 +536,10 @@ class Grader:
                 "src": str(self.src),
                 "first_failing": self.items[first][2] if first else "",
                 "first_failing_test": (first.split("::")[-1].split("[")[0]
-                                       if first else "")}
+                                       if first else ""),
+                # The failure showed these causes instead of the test's
+                # first hint: make hint starts at that hint.
+                "first_failing_causes": self.causes.get(first, [])}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(status, indent=2) + "\n")

@@ -14,7 +14,11 @@ class Counters(dict):
     """A snapshot of ports/N/hw_counters; `after - before` is the deltas."""
 
     def __sub__(self, other):
-        return Counters({k: v - other.get(k, 0) for k, v in self.items()})
+        delta = Counters({k: v - other.get(k, 0) for k, v in self.items()})
+        # The test's counter deltas are evidence for the failure's symptoms.
+        from .harness import current_transcript
+        current_transcript().counters.append(delta)
+        return delta
 
     def show(self, names=None):
         names = names or sorted(k for k, v in self.items() if v)

@@ -25,6 +25,31 @@ def badprogs(tmp_path_factory):
     return progs
 
 
+# ---- patched copies of the solutions (cheats/, mutants/) ---------------------
+
+def patched_lesson(lesson, patches, dst, what):
+    """dst/: solutions/@lesson's files, each FILE.c with @patches/FILE.patch
+    applied when there is one (`patch`: text before the first `---` line is
+    the patch's description). Files are only rewritten when they changed,
+    so an earlier compile is reused; a patch that no longer applies fails,
+    naming @what."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for sol in (COURSE / "solutions" / lesson).iterdir():
+        data = sol.read_bytes()
+        patch = patches / (sol.stem + ".patch")
+        if patch.exists():
+            res = subprocess.run(
+                ["patch", "-s", "-o", "-", str(sol), str(patch)],
+                capture_output=True, timeout=60)
+            assert res.returncode == 0, (
+                f"{what}/{patch.name} no longer applies to "
+                f"solutions/{lesson}/{sol.name}:\n"
+                + res.stdout.decode() + res.stderr.decode())
+            data = res.stdout
+        if not (dst / sol.name).exists() or (dst / sol.name).read_bytes() != data:
+            (dst / sol.name).write_bytes(data)
+
+
 # ---- grading whole trees inside the VM (the device half of make test) --------
 
 def grade_tree(tree, tmp_path_factory, lessons=None):

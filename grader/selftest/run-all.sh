@@ -11,7 +11,9 @@
 #      pytest -m device: the self-check grades solutions (full marks) and
 #      skeletons (not full marks), and the hostile submissions (no more than
 #      the skeletons, nothing changed)
-#   4b. in another VM at the same time: the cheats (test_cheats.py)
+#   4b. in another VM at the same time: the cheats (test_cheats.py) and the
+#      mutants, the planted mistakes that prove each lesson's symptoms
+#      (test_mutants.py)
 # Exit 0 only when every part passed.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -50,17 +52,18 @@ cat "$logs/3"
 "$PYTHON" -m grader build solutions && "$PYTHON" -m grader build skeletons &&
 	"$PYTHON" grader/selftest/hostile/tree.py build/selftest/hostile &&
 	"$PYTHON" -m grader build build/selftest/hostile
-vm-setup/with-rxe $PYTEST_CMD -m device -v grader/selftest/test_cheats.py "$@" \
+vm-setup/with-rxe $PYTEST_CMD -m device -v grader/selftest/test_cheats.py \
+	grader/selftest/test_mutants.py "$@" \
 	>"$logs/4b" 2>&1 3>&- &
 part4b=$!
 echo "== 4a. in vm-setup/with-rxe: device smoke test, solutions, skeletons and hostile submissions graded =="
 vm-setup/with-rxe bash -c 'bats grader/bats/device.bats; b=$?
-	'"$PYTEST"' -m device -v --deselect grader/selftest/test_cheats.py "$@"; p=$?
+	'"$PYTEST"' -m device -v --deselect grader/selftest/test_cheats.py --deselect grader/selftest/test_mutants.py "$@"; p=$?
 	[ $b = 0 ] && [ $p = 0 ]' run-all "$@"
 device=$?
 wait $part4b
 cheats=$?
-echo "== 4b. in vm-setup/with-rxe: the cheats graded =="
+echo "== 4b. in vm-setup/with-rxe: the cheats and the mutants graded =="
 cat "$logs/4b"
 
 status() { [ "$1" = 0 ] && echo ok || echo "FAILED ($1)"; }

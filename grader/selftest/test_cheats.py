@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import COURSE
+from conftest import COURSE, patched_lesson
 
 CHEATS = COURSE / "grader" / "selftest" / "cheats"
 TREE = COURSE / "build" / "selftest-cheats"
@@ -106,22 +106,7 @@ def make_tree():
             src = CHEATS / cls / lesson
             assert src.is_dir(), f"no cheats/{cls}/{lesson}"
             lessons[lesson] = cls
-            dst = TREE / lesson
-            dst.mkdir(parents=True, exist_ok=True)
-            for sol in (COURSE / "solutions" / lesson).iterdir():
-                data = sol.read_bytes()
-                patch = src / (sol.stem + ".patch")
-                if patch.exists():
-                    res = subprocess.run(
-                        ["patch", "-s", "-o", "-", str(sol), str(patch)],
-                        capture_output=True, timeout=60)
-                    assert res.returncode == 0, (
-                        f"cheats/{cls}/{lesson}/{patch.name} no longer "
-                        f"applies to solutions/{lesson}/{sol.name}:\n"
-                        + res.stdout.decode() + res.stderr.decode())
-                    data = res.stdout
-                if not (dst / sol.name).exists() or (dst / sol.name).read_bytes() != data:
-                    (dst / sol.name).write_bytes(data)
+            patched_lesson(lesson, src, TREE / lesson, f"cheats/{cls}/{lesson}")
     return lessons
 
 

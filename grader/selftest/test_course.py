@@ -196,3 +196,28 @@ def test_rc_sets_the_qp_attributes_of_lesson_05():
             assert rc_fields[name] == value, (
                 f"{state}: .{name} is {rc_fields[name]!r} in rc.c but "
                 f"{value!r} in lesson 05's solution")
+
+
+# ---- the Common failures table is lesson.toml's [[symptom]] entries ----------
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=ids)
+def test_common_failures_table_is_the_symptoms(lesson):
+    """One source: the README's table under '## Common failures' is
+    rendered from lesson.toml's [[symptom]] entries (python3 -m grader
+    symptoms --write NN rewrites it). A lesson with neither the section
+    nor symptoms has nothing to check."""
+    from grader import symptoms
+    syms = symptoms.load(meta(lesson), f"{lesson.name}/lesson.toml")
+    table = symptoms.readme_table((lesson / "README.md").read_text())
+    if table is None:
+        assert not syms, (f"{lesson.name}: lesson.toml has symptoms but "
+                          f"README.md has no '{symptoms.HEADING}' section")
+        return
+    assert syms, (f"{lesson.name}: README.md has '{symptoms.HEADING}' but "
+                  f"lesson.toml no [[symptom]] entries: write one per row "
+                  f"(lessons/README.md, 'Common failures')")
+    want = symptoms.render_table(syms)
+    assert table == want, (
+        f"{lesson.name}: README.md's Common failures table differs from "
+        f"lesson.toml's symptoms; python3 -m grader symptoms --write "
+        f"{lesson.name[:2]} rewrites it.\n  README:\n{table}\n  lesson.toml:\n{want}")

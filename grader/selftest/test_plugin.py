@@ -23,6 +23,12 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "hang"))
 		for (;;)
 			pause();
+	if (!strcmp(mode, "byehang")) {
+		printf("bye\n");
+		fflush(stdout);
+		for (;;)
+			pause();
+	}
 	if (!strcmp(mode, "crash"))
 		return *(volatile int *)0;
 	printf("hello 42\n");
@@ -45,6 +51,10 @@ def test_wrong(build):
 def test_hang(build):
     build.run("prog", "hang", timeout=1).ok()
 
+@points(1, "cleans up")
+def test_cleanup(build):
+    build.run("prog", "byehang", timeout=1).ok()
+
 @points(1, "does not crash")
 def test_crash(build):
     build.run("prog", "crash").ok()
@@ -53,6 +63,25 @@ def test_crash(build):
 def test_skipped(build):
     import pytest
     pytest.skip("nothing to check here")
+'''
+
+# Two symptoms match the crash: the one with more conditions comes first.
+SYMPTOMS = '''
+[final_line]
+prog = "^bye$"
+
+[[symptom]]
+id = "segv"
+row = "`crashed with SIGSEGV`"
+cause = "any crash"
+result = "^prog: crashed with SIGSEGV$"
+
+[[symptom]]
+id = "segv-unprinted"
+row = "`crashed with SIGSEGV`, nothing printed"
+cause = "a crash before the greeting"
+result = "crashed with SIGSEGV"
+stdout = '\\A\\Z'
 '''
 
 BROKEN_TESTS = '''
@@ -75,7 +104,9 @@ def course(tmp_path_factory):
     (root / "lessons" / "common").symlink_to(COURSE / "lessons" / "common")
     for name, toml in (
             ("90-good", 'title = "A good lesson"\nhint = "general hint"\n'
-                        '[hints]\ntest_wrong = "look at the number"\n'),
+                        '[hints]\ntest_wrong = "look at the number"\n'
+                        'test_crash = "never shown: a symptom matches"\n'
+                        + SYMPTOMS),
             ("91-broken", 'title = "A broken lesson"\n')):
         (root / "lessons" / name).mkdir()
         (root / "lessons" / name / "lesson.toml").write_text(toml)
@@ -109,8 +140,8 @@ def full(course):
 def test_score_line_and_exit_status(full):
     res, _ = full
     assert res.returncode == 1, res.stdout + res.stderr
-    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/12"
-    assert "  90-good: 3/8" in res.stdout
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/13"
+    assert "  90-good: 3/9" in res.stdout
     assert "  91-broken: 0/4" in res.stdout
 
 
@@ -130,17 +161,37 @@ def verbose(course):
 def test_failures_explain_themselves(verbose):
     out = verbose.stdout
     assert "expected the line: 'hello 43'" in out
-    assert "timed out after 1 s and was killed" in out
+    assert "got: killed by the grader after 1 s\n" in out
+    assert ("got: killed by the grader after 1 s: it hung after its last "
+            "output (during cleanup?)\n") in out
     assert "crashed with SIGSEGV" in out
     assert "hint: look at the number" in out            # the test's own hint
     assert "hint: general hint" in out                  # the lesson's hint
-    assert "command: " in out                           # how to reproduce
+
+
+def test_every_failure_block_has_the_command(verbose):
+    blocks = verbose.stdout.split("== 91-broken")[0].split(" ... FAIL")[1:]
+    assert len(blocks) == 5
+    for block in blocks[:4]:                            # not the skipped one
+        assert "\n      command: " in block, block
+
+
+def test_symptoms_replace_the_hint_most_specific_first(verbose):
+    block = verbose.stdout.split("does not crash ... FAIL")[1].split(" ... ")[0]
+    assert "never shown" not in block
+    assert ("      likely cause: a crash before the greeting\n"
+            "        or: any crash\n") in block
+
+
+def test_a_symptom_that_does_not_match_leaves_the_hint(verbose):
+    block = verbose.stdout.split("prints hello 43 ... FAIL")[1].split(" ... ")[0]
+    assert "likely cause" not in block and "hint: look at the number" in block
 
 
 def test_transcripts_are_saved_for_failures_only(full, course):
     t = course / "transcripts" / "90-good"
     assert sorted(p.name for p in t.iterdir()) == [
-        "test_crash.log", "test_hang.log", "test_wrong.log"]
+        "test_cleanup.log", "test_crash.log", "test_hang.log", "test_wrong.log"]
     text = (t / "test_crash.log").read_text()
     assert "crashed with SIGSEGV" in text and "prog crash" in text
     assert f"transcript: {t / 'test_wrong.log'}" in full[0].stdout
@@ -150,9 +201,9 @@ def test_only_each_lessons_first_failure_is_shown_in_full(full):
     out = full[0].stdout.split("== 91-broken")[0]
     assert "hint: look at the number" in out            # the first failure
     assert "hint: general hint" not in out              # later ones: one line
-    assert "      expected exit status 0, got: timed out after 1 s and was killed\n" in out
+    assert "      expected exit status 0, got: killed by the grader after 1 s\n" in out
     assert "      expected exit status 0, got: crashed with SIGSEGV\n" in out
-    assert out.count("transcript: ") == 3               # each still has one
+    assert out.count("transcript: ") == 4               # each still has one
 
 
 def test_a_compile_error_is_shown_once(full):
@@ -181,8 +232,9 @@ def test_status_records_each_lesson(course, tmp_path):
     status = tmp_path / "status.json"
     grade(course, "--status", str(status))
     data = json.loads(status.read_text())
-    assert data["90-good"]["got"] == 3 and data["90-good"]["total"] == 8
+    assert data["90-good"]["got"] == 3 and data["90-good"]["total"] == 9
     assert data["90-good"]["first_failing"] == "prints hello 43"
+    assert data["90-good"]["first_failing_causes"] == []
     assert data["91-broken"]["got"] == 0
 
 
@@ -216,13 +268,13 @@ def test_compile_error_costs_only_that_lesson(full):
     out = full[0].stdout
     assert "compile error (reproduce: make build LESSON=91" in out
     assert "undefined_thing" in out
-    assert "  90-good: 3/8" in out
+    assert "  90-good: 3/9" in out
 
 
 def test_results_json_has_gradescopes_shape(full):
     data = full[1]
     assert data["score"] == 3
-    assert len(data["tests"]) == 7
+    assert len(data["tests"]) == 8
     for t in data["tests"]:
         assert set(t) >= {"name", "score", "max_score", "status", "output"}
         assert t["status"] in ("passed", "failed")
@@ -233,7 +285,7 @@ def test_results_json_has_gradescopes_shape(full):
 
 def test_one_lesson_only(course):
     res = grade(course, "--lesson", "90")
-    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/8"
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/9"
     assert "91-broken" not in res.stdout
 
 
@@ -247,7 +299,7 @@ def test_src_without_the_lesson(course, tmp_path):
     res = grade(course, "--lesson", "90", src=tmp_path)
     assert res.returncode == 1
     assert "90-good/ does not exist: there is nothing to grade" in res.stdout
-    assert res.stdout.rstrip().splitlines()[-1] == "Score: 0/8"
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 0/9"
 
 
 def test_missing_src_is_a_usage_error(course, tmp_path):
@@ -263,3 +315,24 @@ def test_all_passing_exits_zero(course, tmp_path):
     res = grade(course, "--lesson", "90", "-k", "pass or wrong", src=tmp_path)
     assert res.returncode == 0, res.stdout
     assert res.stdout.rstrip().splitlines()[-1] == "Score: 5/5"
+
+
+def test_make_hint_starts_at_the_first_hint_after_causes(tmp_path, monkeypatch,
+                                                         capsys):
+    """A failure that showed likely causes did not show the test's first
+    hint: make hint gives that one next (and says which causes were
+    shown); after a failure that showed the first hint, the second."""
+    from grader import hint
+    monkeypatch.setattr(hint, "SHOWN", tmp_path / "hints.json")
+    monkeypatch.setattr(hint, "STATUS", tmp_path / "status.json")
+    status = {"03-queue-pairs": {"first_failing_test": "test_state_sequence",
+                                 "first_failing_causes": ["rts-mask"]}}
+    (tmp_path / "status.json").write_text(json.dumps(status))
+    assert hint.main(["--lesson", "03"]) == 0
+    out = capsys.readouterr().out
+    assert "RTR -> RTS) failed" in out and "hint 1 of 1" in out
+    status["03-queue-pairs"]["first_failing_causes"] = []
+    (tmp_path / "status.json").write_text(json.dumps(status))
+    (tmp_path / "hints.json").unlink()
+    hint.main(["--lesson", "03"])
+    assert "no more hints" in capsys.readouterr().out

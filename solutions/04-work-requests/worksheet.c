@@ -17,7 +17,7 @@
  * translation entry per page. Return how many pages the bytes
  * [addr, addr + len) touch; @page_size is a power of two. A buffer that does
  * not start on a page boundary pins the page it starts in as well, so it can
- * cost one page more than len / page_size (the worksheet's FAILURE 3).
+ * cost one page more than len / page_size (README, Common failures).
  * An empty buffer (len 0) touches no page.
  *
  *	ws_pages(0x7f0000000000, 1 GiB, 4096) == 262144

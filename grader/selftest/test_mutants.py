@@ -1,0 +1,280 @@
+"""Planted mistakes prove the lessons' symptoms (lesson.toml [[symptom]]).
+
+grader/selftest/mutants/NN/NAME/FILE.patch is one realistic mistake: a patch
+of solutions/NN-topic/FILE.c whose first lines say what it plants and what
+it must prove:
+
+    mutant: IBV_QP_MAX_DEST_RD_ATOMIC in the RTS mask
+    symptom: rts-mask
+    tests: test_state_sequence test_send
+
+Graded with those tests only (`--lesson NN`, the test ids), a mutant must
+(a) lose points and (b) have the cause of symptom `rts-mask` shown first in
+its first failing test's output (`likely cause: ...`), which also names the
+command that reproduces it. Every symptom of every lesson must be named by a
+mutant: a symptom no mutant proves is a row of the README nobody checked.
+
+The trees (build/selftest-mutants/NN-NAME/NN-topic/) are made and compiled
+on the host (the non-device tests below); the device test grades them
+inside the VM beside the cheats (run-all.sh part 4b): pytest.main() per
+mutant in a fork of this process (`import pytest` under emulation costs
+seconds), several at a time (MUTANTS_PARALLEL, default 6). MUTANTS=05,08/x
+grades only those.
+Lessons graded without a device (lesson.toml: device = false) are graded
+right here on the host.
+"""
+
+import json
+import os
+import re
+import sys
+import time
+import tomllib
+import warnings
+from pathlib import Path
+
+import pytest
+
+from conftest import COURSE, patched_lesson
+
+MUTANTS = COURSE / "grader" / "selftest" / "mutants"
+TREE = COURSE / "build" / "selftest-mutants"
+LESSONS = {p.name[:2]: p for p in (COURSE / "lessons").glob("[0-9][0-9]-*")
+           if p.is_dir()}
+
+
+def _meta(lesson_dir):
+    path = lesson_dir / "lesson.toml"
+    return tomllib.loads(path.read_text()) if path.exists() else {}
+
+
+class Mutant:
+    def __init__(self, path):
+        self.path = path
+        self.num = path.parent.name
+        self.name = path.name
+        self.id = f"{self.num}/{self.name}"
+        assert self.num in LESSONS, f"mutants/{self.id}: no lesson {self.num}"
+        self.lesson = LESSONS[self.num].name
+        head = {}
+        patches = sorted(path.glob("*.patch"))
+        assert patches, f"mutants/{self.id}: no FILE.patch"
+        for p in patches:
+            for line in p.read_text().split("\n---", 1)[0].splitlines():
+                key, sep, value = line.partition(": ")
+                if sep and key in ("mutant", "symptom", "tests"):
+                    assert key not in head, f"mutants/{self.id}: two '{key}:'"
+                    head[key] = value.strip()
+        for key in ("mutant", "symptom", "tests"):
+            assert head.get(key), f"mutants/{self.id}: no '{key}:' line"
+        self.what, self.symptom = head["mutant"], head["symptom"]
+        self.tests = head["tests"].split()
+        self.tree = TREE / f"{self.num}-{self.name}"
+        self.device = _meta(LESSONS[self.num]).get("device", True)
+
+    def make_tree(self):
+        patched_lesson(self.lesson, self.path, self.tree / self.lesson,
+                       f"mutants/{self.id}")
+
+    def nodes(self):
+        """The test node ids of self.tests (each in one of the lesson's
+        test files)."""
+        files = sorted((COURSE / "grader" / "lessons").glob(
+            f"test_{self.num}_*.py"))
+        out = []
+        for test in self.tests:
+            where = [f for f in files if re.search(
+                rf"^def {test}\(", f.read_text(), re.M)]
+            assert len(where) == 1, (f"mutants/{self.id}: test {test} is in "
+                                     f"{len(where)} files of lesson {self.num}")
+            out.append(f"{where[0].relative_to(COURSE)}::{test}")
+        return out
+
+
+def all_mutants():
+    return [Mutant(p) for p in sorted(MUTANTS.glob("[0-9][0-9]/*"))
+            if p.is_dir()]
+
+
+def _symptoms(num):
+    from grader import symptoms
+    return {s.id: s for s in symptoms.load(_meta(LESSONS[num]))}
+
+
+def test_every_symptom_is_proven_by_a_mutant():
+    named = {}
+    for m in all_mutants():
+        syms = _symptoms(m.num)
+        assert m.symptom in syms, (f"mutants/{m.id} names symptom "
+                                   f"'{m.symptom}', which lessons/{m.lesson}/"
+                                   f"lesson.toml does not have")
+        named.setdefault(m.num, set()).add(m.symptom)
+    unproven = [f"{LESSONS[n].name}: {s}" for n in sorted(LESSONS)
+                for s in _symptoms(n) if s not in named.get(n, set())]
+    assert not unproven, ("symptoms no mutant proves (add one under "
+                          "grader/selftest/mutants/NN/):\n  "
+                          + "\n  ".join(unproven))
+
+
+def test_mutants_compile():
+    """Make and compile every mutant's tree here (on the host, two at a
+    time; a tree whose inputs did not change is not compiled again); the
+    device test reuses the builds."""
+    from concurrent.futures import ThreadPoolExecutor
+    from grader.build import compile_lesson
+    mutants = all_mutants()
+    for m in mutants:
+        m.make_tree()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(
+            lambda m: compile_lesson(COURSE, m.tree, m.lesson), mutants))
+    for m, res in zip(mutants, results):
+        assert not res["missing"] and res["rc"] == 0, (
+            f"mutants/{m.id}:\n{res['command']}\n{res['stdout']}"
+            f"{res['stderr']}")
+
+
+def _pytest_args(m, out):
+    return ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir", str(COURSE),
+            "-p", "grader.plugin", "-qq", "--tb=no", "-rN", "--color=no",
+            "-p", "no:cacheprovider", *m.nodes(), f"--src={m.tree}",
+            *(["--prebuilt"] if m.device else []), f"--lesson={m.num}",
+            f"--results={out}/results.json",
+            f"--transcripts={out}/transcripts"]
+
+
+def check_mutant(m, out):
+    """Mutant @m's problems (lines; none when it proves its symptom), from
+    the results its grading wrote into @out."""
+    results = out / "results.json"
+    if not results.exists():
+        log = out / "log"
+        return [f"mutants/{m.id}: grading wrote no results\n"
+                + (log.read_text()[-3000:] if log.exists() else "")]
+    data = json.loads(results.read_text())
+    problems = []
+    if data["score"] >= data["max_score"]:
+        problems.append(f"mutants/{m.id} ({m.what}) lost no points in "
+                        f"{', '.join(m.tests)}")
+    failing = [t for t in data["tests"] if t["status"] != "passed"]
+    if failing:
+        sym = _symptoms(m.num).get(m.symptom)
+        want = sym.cause if sym else f"(no symptom '{m.symptom}')"
+        output = failing[0]["output"]
+        first = next((line[len("likely cause: "):] for line in
+                      output.splitlines()
+                      if line.startswith("likely cause: ")), None)
+        if not re.search(r"^\s*(command|reproduce):", output, re.M):
+            problems.append(f"mutants/{m.id}: the failure block of "
+                            f"'{failing[0]['name']}' has no command to "
+                            f"reproduce it:\n{output}")
+        if first != want:
+            problems.append(
+                f"mutants/{m.id} ({m.what}): the first cause shown in "
+                f"'{failing[0]['name']}' is not symptom '{m.symptom}'\n"
+                f"  expected: {want}\n  shown:    {first}\n  output:\n"
+                + "\n".join("    | " + x for x in output.splitlines()))
+    return problems
+
+
+def _fork_grade(m, out):
+    """Grade @m in a child of this process (pytest is imported already:
+    under the VM's emulation that saves seconds per mutant); its pid."""
+    out.mkdir(parents=True, exist_ok=True)
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            fd = os.open(out / "log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            # The outer session's capture holds sys.stdout: the log instead.
+            sys.stdout = sys.stderr = os.fdopen(os.dup(1), "w", buffering=1)
+            code = int(pytest.main(_pytest_args(m, out)))
+        finally:
+            os._exit(code)
+    return pid
+
+
+# Mutants graded at once. Most of a mutant's time is a program waiting for
+# its --timeout (10 s in lessons 05-08), which overlaps well; each has its
+# own sandbox (per pid) and ports (-p 0). No symptom of lessons 01-08 reads
+# the device-wide counters, which other mutants' runs would move.
+PARALLEL = int(os.environ.get("MUTANTS_PARALLEL", "6"))
+
+
+def _preimport(mutants):
+    """Import the grader and the mutants' lessons' test modules once, here,
+    as pytest would (rootdir-relative, `prepend`): every fork reuses them."""
+    import importlib
+    import grader.plugin  # noqa: F401
+    lessons = str(COURSE / "grader" / "lessons")
+    if lessons not in sys.path:
+        sys.path.insert(0, lessons)
+    with warnings.catch_warnings():     # @points: a mark of the plugin's
+        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+        for num in sorted({m.num for m in mutants}):
+            for f in sorted(Path(lessons).glob(f"test_{num}_*.py")):
+                importlib.import_module(f.stem)
+
+
+def _grade_all(mutants, tmp_path, parallel):
+    """Grade @mutants, @parallel at a time, the slowest (last run's times)
+    first; (problems, a report of the seconds each took)."""
+    times_file = TREE / f"times-{'device' if mutants[0].device else 'host'}.txt"
+    last = {}
+    if times_file.exists():
+        for line in times_file.read_text().splitlines():
+            f = line.split()
+            if len(f) == 3 and f[1] == "s":
+                last[f[2]] = float(f[0])
+    todo = sorted(mutants, key=lambda m: -last.get(m.id, 0))
+    _preimport(mutants)
+    t0 = time.monotonic()
+    running, took, problems = {}, {}, []
+    while todo or running:
+        while todo and len(running) < parallel:
+            m = todo.pop(0)
+            running[_fork_grade(m, tmp_path / f"{m.num}-{m.name}")] = (
+                m, time.monotonic())
+        pid, _ = os.wait()
+        if pid not in running:
+            continue
+        m, start = running.pop(pid)
+        took[m.id] = time.monotonic() - start
+        problems += check_mutant(m, tmp_path / f"{m.num}-{m.name}")
+    report = "".join(f"{took[m.id]:6.1f} s {m.id}\n" for m in mutants)
+    report += (f"{time.monotonic() - t0:6.1f} s wall for {len(mutants)} "
+               f"mutants, {parallel} at a time\n")
+    last.update(took)
+    times_file.parent.mkdir(parents=True, exist_ok=True)
+    times_file.write_text("".join(f"{t:6.1f} s {i}\n" for i, t in
+                                  sorted(last.items())) + report.splitlines()[-1] + "\n")
+    return problems, report
+
+
+def test_host_mutants_prove_their_symptoms(tmp_path):
+    """The mutants of lessons graded without a device, graded here."""
+    mutants = [m for m in all_mutants() if not m.device]
+    if not mutants:
+        return
+    for m in mutants:
+        m.make_tree()
+    # One at a time: fast (no waits), and nothing shares the host's sandbox
+    # set-up with another grading.
+    problems, report = _grade_all(mutants, tmp_path, 1)
+    assert not problems, "\n".join(problems) + "\n" + report
+
+
+@pytest.mark.device
+@pytest.mark.timeout(1200)
+def test_device_mutants_prove_their_symptoms(tmp_path):
+    if not os.environ.get("RDMA_DEVICE"):
+        pytest.fail("no RDMA device: run through vm-setup/with-rxe "
+                    "(make test does)")
+    only = os.environ.get("MUTANTS", "")     # e.g. MUTANTS=05,08/never-acked
+    mutants = [m for m in all_mutants() if m.device and (
+        not only or any(m.id.startswith(o) for o in only.split(",")))]
+    problems, report = _grade_all(mutants, tmp_path, PARALLEL)
+    print(report)
+    assert not problems, "\n".join(problems) + "\n" + report
