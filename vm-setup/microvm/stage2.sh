@@ -1,6 +1,6 @@
 #!/bin/bash
 # Guest side of the micro-VM, PID 1 after switch_root: bring up rxe0 on the
-# dummy netdev init made, run the command from /run/rxe-vm/spec.sh with its stdout on
+# netdev init made (rdma0: a dummy, or a pair's NIC), run the command from /run/rxe-vm/spec.sh with its stdout on
 # ttyS1 and stderr on ttyS2 (the host streams both), write its exit code to
 # /run/rxe-vm/rc, power off.
 RUN=/run/rxe-vm
@@ -32,19 +32,44 @@ mark "stage2 started"
 $BB mkdir -p /dev/pts
 $BB mount -t devpts -o gid=5,mode=620 devpts /dev/pts
 $BB ln -sf /proc/self/fd /dev/fd
-echo rxe-vm >/proc/sys/kernel/hostname
-rdma link add rxe0 type rxe netdev rdma0 || fail "rdma link add rxe0 failed"
-mark "rxe0 added"
-ready=$(rxe_wait_ready 10) || fail "rxe0 did not become ACTIVE with a RoCE v2 IPv4 GID"
-$BB chmod 0666 /dev/infiniband/* 2>/dev/null
-read -r dev gid ip netdev <<<"$ready"
-read -r up _ </proc/uptime
-echo "$up" >"$RUN/ready-uptime"
-mark "rxe0 ready"
+# A host of a linked pair (run.sh --pair) is rxe-vm-a or rxe-vm-b.
+echo "rxe-vm${PAIR_HOST:+-$PAIR_HOST}" >/proc/sys/kernel/hostname
+if [ "${NO_RXE:-0}" = 1 ]; then
+	# RXE_VM_NO_RXE=1: rdma0 and the rxe module, but no device: the command
+	# sets one up itself, as on a native host (vm-setup/setup-rxe.sh).
+	dev='' gid='' ip='' netdev=''
+	read -r up _ </proc/uptime
+	echo "$up" >"$RUN/ready-uptime"
+else
+	rdma link add rxe0 type rxe netdev rdma0 || fail "rdma link add rxe0 failed"
+	mark "rxe0 added"
+	ready=$(rxe_wait_ready 10) || fail "rxe0 did not become ACTIVE with a RoCE v2 IPv4 GID"
+	$BB chmod 0666 /dev/infiniband/* 2>/dev/null
+	read -r dev gid ip netdev <<<"$ready"
+	read -r up _ </proc/uptime
+	echo "$up" >"$RUN/ready-uptime"
+	mark "rxe0 ready"
+fi
+# The pair's barrier: both hosts' commands start once the link carries
+# packets both ways (the other host answers ping once its rdma0 is up).
+if [ -n "${PEER_IP:-}" ]; then
+	n=0
+	until $BB ping -c 1 -W 1 "$PEER_IP" >/dev/null 2>&1; do
+		n=$((n + 1))
+		[ $n -lt "${PEER_WAIT:-60}" ] || fail "host ${PAIR_HOST:-?}: no answer from the other host ($PEER_IP) over the link within ${PEER_WAIT:-60} s ($(ip -br addr show dev rdma0 2>&1))"
+	done
+	mark "peer $PEER_IP answers"
+fi
 
 # The host's environment, then what the course promises every command.
 . "$RUN/env.sh"
-export RDMA_BACKEND=vm RDMA_DEVICE=$dev RDMA_GID_INDEX=$gid RDMA_IP=$ip RDMA_NETDEV=$netdev
+if [ "${NO_RXE:-0}" = 1 ]; then
+	rdma_env='unset RDMA_BACKEND RDMA_DEVICE RDMA_GID_INDEX RDMA_IP RDMA_NETDEV'
+else
+	rdma_env="export RDMA_BACKEND=vm RDMA_DEVICE=$dev RDMA_GID_INDEX=$gid RDMA_IP=$ip RDMA_NETDEV=$netdev"
+fi
+[ -n "${PEER_IP:-}" ] && rdma_env+="; export RDMA_PEER_IP=$PEER_IP RDMA_HOST=$PAIR_HOST"
+eval "$rdma_env"
 cd "$CWD" || fail "cannot cd to $CWD"
 
 # A warm VM (run.sh --up) serves commands from $RUN/jobs/ID/ (warm.sh is the
@@ -55,9 +80,8 @@ cd "$CWD" || fail "cannot cd to $CWD"
 serve_job() {
 	local j=$1 pid rc watcher
 	: >"$j/started"
-	setsid bash -c '. "$1/env.sh"; . "$1/spec.sh"
-		export RDMA_BACKEND=vm RDMA_DEVICE='"$dev"' RDMA_GID_INDEX='"$gid"' RDMA_IP='"$ip"' RDMA_NETDEV='"$netdev"'
-		cd "$CWD" && exec "${CMD[@]}"' job "$j" </dev/null >"$j/stdout" 2>"$j/stderr" &
+	setsid bash -c '. "$1/env.sh"; . "$1/spec.sh"; eval "$2"
+		cd "$CWD" && exec "${CMD[@]}"' job "$j" "$rdma_env" </dev/null >"$j/stdout" 2>"$j/stderr" &
 	pid=$!
 	# A watcher keeps the heartbeat and obeys "kill"; the command's end is
 	# seen at once by wait.
