@@ -162,3 +162,49 @@ PY
 	[ "$(cat "$BATS_TEST_TMPDIR"/c?.err | grep -c 'ready in')" = 1 ]
 	[ "$(find "$RXE_VM_CACHE" -maxdepth 1 -name 'vm-*' | wc -l)" = 1 ]
 }
+
+@test "pair: two hosts over a link, ibv_rc_pingpong across it, prefixed output, the failing host named" {
+	cd "$BATS_TEST_TMPDIR"
+	# TMPDIR names both runs' directories on QEMU's command lines.
+	TMPDIR=$BATS_TEST_TMPDIR run --separate-stderr "$COURSE/vm-setup/with-rxe" --pair \
+		'echo "env $RDMA_HOST $(hostname) $RDMA_DEVICE $RDMA_IP $RDMA_PEER_IP"; ibv_rc_pingpong -g $RDMA_GID_INDEX -n 50 -s 1500' \
+		'echo "env $RDMA_HOST $(hostname) $RDMA_DEVICE $RDMA_IP $RDMA_PEER_IP"; sleep 2; ibv_rc_pingpong -g $RDMA_GID_INDEX -n 50 -s 1500 $RDMA_PEER_IP; exit 3'
+	assert_failure 3
+	assert_line "A| env A rxe-vm-a rxe0 192.0.2.1 192.0.2.2"
+	assert_line "B| env B rxe-vm-b rxe0 192.0.2.2 192.0.2.1"
+	# Each side's own GID is its host's; the remote one is the other's.
+	assert_line --regexp '^A\|   local address: .* GID ::ffff:192\.0\.2\.1$'
+	assert_line --regexp '^B\|   remote address: .* GID ::ffff:192\.0\.2\.1$'
+	assert_line --regexp '^A\| 50 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$'
+	assert_line --regexp '^B\| 50 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$'
+	# shellcheck disable=SC2154 # run --separate-stderr sets $stderr
+	[[ "$stderr" == *"rxe-vm: host B's command failed (exit 3)"* ]]
+	[[ "$stderr" != *"host A's command failed"* ]]
+	run pgrep -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
+	assert_failure
+}
+
+@test "pair: netem loss on A's link is retransmitted (A's counters), link down gives IBV_EVENT_PORT_ERR" {
+	c=/sys/class/infiniband/rxe0/ports/1/hw_counters
+	run "$COURSE/vm-setup/with-rxe" --pair \
+		"tc qdisc add dev rdma0 root netem loss 20% && ibv_rc_pingpong -g \$RDMA_GID_INDEX -n 50 -s 1500 && echo \"retries \$(cat $c/completer_retry_err)\"" \
+		'sleep 2; ibv_rc_pingpong -g $RDMA_GID_INDEX -n 50 -s 1500 $RDMA_PEER_IP || exit
+		ibv_asyncwatch -d rxe0 & sleep 1; ip link set rdma0 down; sleep 1; kill $!'
+	assert_success
+	assert_line --regexp '^B\| 50 iters in '
+	# One packet in five of A's is dropped: A's requests time out and go again.
+	retries=$(sed -n 's/^A| retries //p' <<<"$output")
+	[ -n "$retries" ] && [ "$retries" -gt 0 ] || fail "A's completer_retry_err did not move under 20% loss: '$retries'"
+	assert_line --partial "B|   event_type IBV_EVENT_PORT_ERR"
+}
+
+@test "pair: when one host fails, the other is killed after RXE_VM_PAIR_GRACE and named; nothing is left" {
+	TMPDIR=$BATS_TEST_TMPDIR RXE_VM_PAIR_GRACE=3 run "$COURSE/vm-setup/with-rxe" --pair 'sleep 600' 'echo bye; exit 4'
+	assert_failure
+	assert_line "B| bye"
+	assert_output --partial "host A was still running 3 s after host B's command failed (exit 4); killed it"
+	assert_output --partial "host B's command failed (exit 4)"
+	run pgrep -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
+	assert_failure
+	[ -z "$(ls -d "$BATS_TEST_TMPDIR"/rxe-pair.* 2>/dev/null)" ]
+}

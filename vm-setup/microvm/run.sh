@@ -82,29 +82,45 @@ s = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*(x.getsockname()[1] for x in s))') || die "cannot find two free UDP ports on 127.0.0.1"
 	read -r port_a port_b <<<"$ports"
+	# The hosts' meeting point: each writes HOST.ready there once its rxe0
+	# is ACTIVE and starts its command when the other's is there too.
+	meet=$(mktemp -d "${TMPDIR:-/tmp}/rxe-pair.XXXXXX") || die "mktemp failed"
 	# host H CMD - run CMD (a shell command) on host H; output prefixed "H| ".
 	host() {
-		_RXE_VM_PAIR="$1 $2 $3" RXE_VM_COLD=1 "$0" -- bash -c "$4" \
+		_RXE_VM_PAIR="$1 $2 $3 $meet" RXE_VM_COLD=1 "$0" -- bash -c "$4" \
 			> >(sed -u "s/^/$1| /") 2> >(sed -u "s/^/$1| /" >&2) &
 	}
 	host A "$port_a" "$port_b" "$1"
 	pid_a=$!
 	host B "$port_b" "$port_a" "$2"
 	pid_b=$!
-	trap 'kill $pid_a $pid_b 2>/dev/null; wait; echo "rxe-vm: interrupted" >&2; exit 130' INT TERM HUP
-	# A host whose VM failed (exit 124: killed at the timeout, 125: it
-	# stopped before its command ended) takes the other down with it: the
-	# other would only wait for a peer that never comes.
+	trap 'kill $pid_a $pid_b 2>/dev/null; wait; rm -rf "$meet"; echo "rxe-vm: interrupted" >&2; exit 130' INT TERM HUP
 	wait -n -p first $pid_a $pid_b
 	rc_first=$?
-	if [ "$first" = "$pid_a" ]; then other=$pid_b; else other=$pid_a; fi
-	if [ $rc_first = 124 ] || [ $rc_first = 125 ]; then
-		kill "$other" 2>/dev/null
+	if [ "$first" = "$pid_a" ]; then
+		other=$pid_b first_host=A other_host=B
+	else
+		other=$pid_a first_host=B other_host=A
+	fi
+	# A host that failed leaves the other waiting for a peer that may never
+	# answer again (a server for its client): the other gets RXE_VM_PAIR_GRACE
+	# seconds (default 15) to end by itself, then it is killed and named.
+	if [ $rc_first != 0 ]; then
+		grace=${RXE_VM_PAIR_GRACE:-15}
+		for _ in $(seq $((grace * 5))); do
+			kill -0 "$other" 2>/dev/null || break
+			sleep 0.2
+		done
+		if kill -0 "$other" 2>/dev/null; then
+			echo "rxe-vm: host $other_host was still running $grace s after host $first_host's command failed (exit $rc_first); killed it" >&2
+			kill "$other" 2>/dev/null
+		fi
 	fi
 	wait "$other"
 	rc_other=$?
 	if [ "$first" = "$pid_a" ]; then rc_a=$rc_first rc_b=$rc_other; else rc_a=$rc_other rc_b=$rc_first; fi
 	wait # the prefixing seds
+	rm -rf "$meet"
 	[ $rc_a = 0 ] || echo "rxe-vm: host A's command failed (exit $rc_a)" >&2
 	[ $rc_b = 0 ] || echo "rxe-vm: host B's command failed (exit $rc_b)" >&2
 	[ $rc_a = 0 ] && exit "$rc_b"
@@ -155,7 +171,7 @@ trap 'echo "rxe-vm: interrupted" >&2; exit 130' INT TERM HUP
 # loopback). Its own MAC per host; no option ROM (nothing boots from it).
 nic=()
 if [ -n "$member" ]; then
-	read -r pair_host port_local port_peer <<<"$member"
+	read -r pair_host port_local port_peer meet <<<"$member"
 	case "$pair_host" in
 	A) my_ip=192.0.2.1 peer_ip=192.0.2.2 mac=52:54:00:c0:02:01 ;;
 	B) my_ip=192.0.2.2 peer_ip=192.0.2.1 mac=52:54:00:c0:02:02 ;;
@@ -187,6 +203,7 @@ add_share "$course"
 system_dir "$(pwd -P)" || add_share "$PWD"
 IFS=: read -ra extra <<<"${RXE_VM_SHARE:-}"
 for d in "${extra[@]}"; do [ -n "$d" ] && add_share "$d"; done
+[ -n "$member" ] && add_share "$meet"
 virtfs=()
 for i in "${!shares[@]}"; do
 	case "${shares[$i]}" in *[[:space:]\'\"]*) die "cannot share '${shares[$i]}': its path has white space or quotes" ;; esac
@@ -200,7 +217,8 @@ verbose=${RXE_VM_VERBOSE:-0}
 	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\nVERBOSE=%s\nSERVE=%s\nIDLE=%s\nNO_RXE=%s\n' \
 		"$(cd "$course" && pwd -P)" "$(pwd -P)" "$interactive" "$verbose" \
 		"$serve" "${RXE_VM_IDLE:-900}" "${RXE_VM_NO_RXE:-0}"
-	[ -n "$member" ] && printf 'PAIR_HOST=%s\nPEER_IP=%s\nPEER_WAIT=%s\n' "$pair_host" "$peer_ip" "${RXE_VM_PEER_WAIT:-60}"
+	[ -n "$member" ] && printf 'PAIR_HOST=%s\nPEER_IP=%s\nPEER_WAIT=%s\nPAIR_MEET=%q\n' \
+		"$pair_host" "$peer_ip" "${RXE_VM_PEER_WAIT:-60}" "$(cd "$meet" && pwd -P)"
 	printf 'CMD=('
 	printf '%q ' "$@"
 	printf ')\n'

@@ -33,7 +33,7 @@ $BB mkdir -p /dev/pts
 $BB mount -t devpts -o gid=5,mode=620 devpts /dev/pts
 $BB ln -sf /proc/self/fd /dev/fd
 # A host of a linked pair (run.sh --pair) is rxe-vm-a or rxe-vm-b.
-echo "rxe-vm${PAIR_HOST:+-$PAIR_HOST}" >/proc/sys/kernel/hostname
+echo "rxe-vm${PAIR_HOST:+-${PAIR_HOST,,}}" >/proc/sys/kernel/hostname
 if [ "${NO_RXE:-0}" = 1 ]; then
 	# RXE_VM_NO_RXE=1: rdma0 and the rxe module, but no device: the command
 	# sets one up itself, as on a native host (vm-setup/setup-rxe.sh).
@@ -50,14 +50,26 @@ else
 	echo "$up" >"$RUN/ready-uptime"
 	mark "rxe0 ready"
 fi
-# The pair's barrier: both hosts' commands start once the link carries
-# packets both ways (the other host answers ping once its rdma0 is up).
+# The pair's barrier: both hosts' commands start once both are ready (each
+# says so in the meeting directory both share) and the link carries packets
+# both ways (the other host answers ping).
 if [ -n "${PEER_IP:-}" ]; then
+	: >"$PAIR_MEET/$PAIR_HOST.ready"
+	other=$([ "$PAIR_HOST" = A ] && echo B || echo A)
+	$BB mkfifo /run/rxe-vm-meet
+	exec 8<>/run/rxe-vm-meet
+	n=0
+	until [ -e "$PAIR_MEET/$other.ready" ]; do
+		n=$((n + 1))
+		[ $n -lt $((${PEER_WAIT:-60} * 10)) ] || fail "host $PAIR_HOST: host $other was not ready within ${PEER_WAIT:-60} s"
+		read -r -t 0.1 -u 8
+	done
 	n=0
 	until $BB ping -c 1 -W 1 "$PEER_IP" >/dev/null 2>&1; do
 		n=$((n + 1))
-		[ $n -lt "${PEER_WAIT:-60}" ] || fail "host ${PAIR_HOST:-?}: no answer from the other host ($PEER_IP) over the link within ${PEER_WAIT:-60} s ($(ip -br addr show dev rdma0 2>&1))"
+		[ $n -lt 10 ] || fail "host $PAIR_HOST: no answer from host $other ($PEER_IP) over the link within 10 s ($(ip -br addr show dev rdma0 2>&1))"
 	done
+	exec 8<&-
 	mark "peer $PEER_IP answers"
 fi
 
