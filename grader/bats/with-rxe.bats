@@ -208,3 +208,35 @@ PY
 	assert_failure
 	[ -z "$(ls -d "$BATS_TEST_TMPDIR"/rxe-pair.* 2>/dev/null)" ]
 }
+
+@test "pair: make vm-shell HOSTS=2 is a shell on host A in which 'b CMD' runs CMD on host B" {
+	cd "$BATS_TEST_TMPDIR"
+	# make -C: the current directory is the course; share the test's.
+	coproc VM { TMPDIR=$BATS_TEST_TMPDIR RXE_VM_SHARE=$BATS_TEST_TMPDIR make --no-print-directory -C "$COURSE" vm-shell HOSTS=2 2>&1; }
+	seen=""
+	while IFS= read -r -t 180 -n 1 c <&"${VM[0]}"; do
+		seen+=$c
+		case "$seen" in *"root@rxe-vm-a:"*"# ") break ;; esac
+	done
+	[[ "$seen" == *"'b CMD' runs CMD on B"* ]] || fail "no greeting for host A in: $seen"
+	echo "b 'echo \"on \$(hostname) \$RDMA_IP\"' >$BATS_TEST_TMPDIR/typed.txt; exit 3" >&"${VM[1]}"
+	pid=$VM_PID
+	for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+	if kill -0 "$pid" 2>/dev/null; then
+		pkill -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
+		kill "$pid"
+		fail "the shell did not act on the typed command within 60 s"
+	fi
+	[ "$(cat typed.txt)" = "B| on rxe-vm-b 192.0.2.2" ]
+	run pgrep -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
+	assert_failure
+}
+
+@test "pair: make grade HOSTS=2 runs the reference peer on host B and counts host A's traffic alone" {
+	cd "$COURSE"
+	run make --no-print-directory grade LESSON=05 SRC=solutions HOSTS=2 TEST="every ping arrived intact"
+	assert_success
+	assert_line --partial "A|   reference server: every ping arrived intact in its memory ... OK"
+	[[ "$(tail -n 1 <<<"$output")" =~ ^A\|\ Score:\ ([0-9]+)/([0-9]+)$ ]] || fail "no score line: $output"
+	[ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] && [ "${BASH_REMATCH[1]}" -gt 0 ]
+}

@@ -12,7 +12,9 @@
 #                      link answers, with RDMA_PEER_IP (the other's address)
 #                      and RDMA_HOST (A or B) exported besides the usual;
 #                      output lines are prefixed "A| " and "B| "; exits with
-#                      the first non-zero status (A's, then B's), naming it
+#                      the first non-zero status (A's, then B's), naming it.
+#                      An empty CMD_B: B runs the commands A's root hands it
+#                      in RDMA_PEER_JOBS (grader/remote.py), until A's ends
 #   --accel            say which accelerator a run would use and why (the
 #                      KVM boot probe's verdict), run nothing
 #   --up               start a warm VM for this course tree (make vm-up): later
@@ -67,9 +69,9 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-[ $interactive = 1 ] || [ $probe_only = 1 ] || [ $serve = 1 ] || [ $# -gt 0 ] || die "no command given (usage: run.sh [--shell] [--] CMD [ARG...])" 2
-[ $pair = 0 ] || [ $# = 2 ] || die "--pair takes two commands, host A's and host B's, got $# (usage: run.sh --pair CMD_A CMD_B)" 2
-[ $pair = 0 ] || [ $interactive = 0 ] || die "--pair runs commands; for a shell on each host: make vm-shell HOSTS=2" 2
+[ $interactive = 1 ] || [ $probe_only = 1 ] || [ $serve = 1 ] || [ $pair = 1 ] || [ $# -gt 0 ] || die "no command given (usage: run.sh [--shell] [--] CMD [ARG...])" 2
+[ $pair = 0 ] || [ $interactive = 1 ] || [ $# = 2 ] || die "--pair takes two commands, host A's and host B's, got $# (usage: run.sh --pair CMD_A CMD_B)" 2
+[ $pair = 0 ] || [ $interactive = 0 ] || [ $# = 0 ] || die "--shell --pair takes no command: a shell on host A, and 'b CMD' in it runs CMD on host B" 2
 # A command is killed after 30 minutes; a shell lives until you leave it.
 [ -n "$timeout" ] || { [ $interactive = 1 ] && timeout=999999999 || timeout=1800; }
 case "$timeout" in '' | *[!0-9]*) die "RXE_VM_TIMEOUT must be a number of seconds, got '$timeout'" 2 ;; esac
@@ -90,11 +92,38 @@ print(*(x.getsockname()[1] for x in s))') || die "cannot find two free UDP ports
 		_RXE_VM_PAIR="$1 $2 $3 $meet" RXE_VM_COLD=1 "$0" -- bash -c "$4" \
 			> >(sed -u "s/^/$1| /") 2> >(sed -u "s/^/$1| /" >&2) &
 	}
+	if [ $interactive = 1 ]; then
+		# make vm-shell HOSTS=2: B serves, A's shell is ours (see stage2.sh).
+		_RXE_VM_PAIR="B $port_b $port_a $meet serve" RXE_VM_COLD=1 "$0" -- true \
+			> >(sed -u "s/^/B| /") 2> >(sed -u "s/^/B| /" >&2) &
+		pid_b=$!
+		_RXE_VM_PAIR="A $port_a $port_b $meet" "$0" --shell
+		rc_a=$?
+		kill $pid_b 2>/dev/null
+		wait
+		rm -rf "$meet"
+		exit $rc_a
+	fi
 	host A "$port_a" "$port_b" "$1"
 	pid_a=$!
-	host B "$port_b" "$port_a" "$2"
+	if [ -n "$2" ]; then
+		host B "$port_b" "$port_a" "$2"
+	else
+		_RXE_VM_PAIR="B $port_b $port_a $meet serve" RXE_VM_COLD=1 "$0" -- true \
+			> >(sed -u "s/^/B| /") 2> >(sed -u "s/^/B| /" >&2) &
+	fi
 	pid_b=$!
 	trap 'kill $pid_a $pid_b 2>/dev/null; wait; rm -rf "$meet"; echo "rxe-vm: interrupted" >&2; exit 130' INT TERM HUP
+	if [ -z "$2" ]; then
+		# B serves A: done when A is.
+		wait $pid_a
+		rc_a=$?
+		kill $pid_b 2>/dev/null
+		wait
+		rm -rf "$meet"
+		[ $rc_a = 0 ] || echo "rxe-vm: host A's command failed (exit $rc_a)" >&2
+		exit $rc_a
+	fi
 	wait -n -p first $pid_a $pid_b
 	rc_first=$?
 	if [ "$first" = "$pid_a" ]; then
@@ -155,7 +184,7 @@ fi
 qpid='' keep=0
 cleanup() {
 	[ $serve = 1 ] && return
-	[ -n "$qpid" ] && kill -9 "$qpid" 2>/dev/null
+	[ -n "$qpid" ] && kill -9 "$qpid" 2>/dev/null && wait "$qpid" 2>/dev/null
 	if [ $keep = 1 ]; then
 		rm -f "$run/env.sh"
 		echo "rxe-vm: kept the guest console log and spec in $run" >&2
@@ -164,14 +193,15 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
-trap 'echo "rxe-vm: interrupted" >&2; exit 130' INT TERM HUP
+# A serving host B is stopped this way when host A is done: no news then.
+trap '[ "${pair_serve:-}" = serve ] || echo "rxe-vm: interrupted" >&2; exit 130' INT TERM HUP
 
 # A host of a pair: a virtio NIC whose frames travel as UDP datagrams to the
 # other VM's (QEMU's socket netdev: no root, no bridge, nothing leaves the
 # loopback). Its own MAC per host; no option ROM (nothing boots from it).
 nic=()
 if [ -n "$member" ]; then
-	read -r pair_host port_local port_peer meet <<<"$member"
+	read -r pair_host port_local port_peer meet pair_serve <<<"$member"
 	case "$pair_host" in
 	A) my_ip=192.0.2.1 peer_ip=192.0.2.2 mac=52:54:00:c0:02:01 ;;
 	B) my_ip=192.0.2.2 peer_ip=192.0.2.1 mac=52:54:00:c0:02:02 ;;
@@ -217,8 +247,10 @@ verbose=${RXE_VM_VERBOSE:-0}
 	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\nVERBOSE=%s\nSERVE=%s\nIDLE=%s\nNO_RXE=%s\n' \
 		"$(cd "$course" && pwd -P)" "$(pwd -P)" "$interactive" "$verbose" \
 		"$serve" "${RXE_VM_IDLE:-900}" "${RXE_VM_NO_RXE:-0}"
-	[ -n "$member" ] && printf 'PAIR_HOST=%s\nPEER_IP=%s\nPEER_WAIT=%s\nPAIR_MEET=%q\n' \
-		"$pair_host" "$peer_ip" "${RXE_VM_PEER_WAIT:-60}" "$(cd "$meet" && pwd -P)"
+	if [ -n "$member" ]; then
+		printf 'PAIR_HOST=%s\nPEER_IP=%s\nPEER_WAIT=%s\nPAIR_MEET=%q\nPAIR_SERVE=%s\n' \
+			"$pair_host" "$peer_ip" "${RXE_VM_PEER_WAIT:-60}" "$(cd "$meet" && pwd -P)" "$([ "${pair_serve:-}" = serve ] && echo 1 || echo 0)"
+	fi
 	printf 'CMD=('
 	printf '%q ' "$@"
 	printf ')\n'
