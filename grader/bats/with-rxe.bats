@@ -15,6 +15,30 @@ setup() {
 	export BATS_LIB_PATH=/usr/lib/bats
 }
 
+# await_prompt PROMPT - read the coprocess VM's output until PROMPT and
+# "# " (a root shell waiting); print what was read.
+await_prompt() {
+	local seen="" c
+	while IFS= read -r -t 180 -n 1 c <&"${VM[0]}"; do
+		seen+=$c
+		case "$seen" in *"$1"*"# ") break ;; esac
+	done
+	printf '%s' "$seen"
+}
+
+# type_and_await_exit LINE - type LINE into the coprocess VM's shell; fail
+# (VMs killed) unless it has exited 60 s later.
+type_and_await_exit() {
+	local pid=$VM_PID
+	echo "$1" >&"${VM[1]}"
+	for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+	if kill -0 "$pid" 2>/dev/null; then
+		pkill -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
+		kill "$pid"
+		fail "the shell did not act on the typed command within 60 s"
+	fi
+}
+
 @test "micro-VM: stdout, stderr, exit code, RDMA_* and files written in the current directory come back" {
 	cd "$BATS_TEST_TMPDIR"
 	run --separate-stderr "$COURSE/vm-setup/with-rxe" --backend vm bash -c \
@@ -47,20 +71,9 @@ setup() {
 	# TMPDIR names this run's directory on QEMU's command line (see above).
 	coproc VM { TMPDIR=$BATS_TEST_TMPDIR "$COURSE/vm-setup/microvm/run.sh" --shell 2>&1; }
 	# Wait for the prompt, then type as a person would.
-	seen=""
-	while IFS= read -r -t 120 -n 1 c <&"${VM[0]}"; do
-		seen+=$c
-		case "$seen" in *"root@rxe-vm:"*"# ") break ;; esac
-	done
+	seen=$(await_prompt "root@rxe-vm:")
 	[[ "$seen" == *"rxe0 is ACTIVE"* ]]
-	echo 'echo "shell $RDMA_DEVICE" >typed.txt; exit 3' >&"${VM[1]}"
-	pid=$VM_PID
-	for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-	if kill -0 "$pid" 2>/dev/null; then
-		pkill -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
-		kill "$pid"
-		fail "the shell did not act on the typed command within 60 s"
-	fi
+	type_and_await_exit 'echo "shell $RDMA_DEVICE" >typed.txt; exit 3'
 	[ "$(cat typed.txt)" = "shell rxe0" ]
 }
 
@@ -213,20 +226,9 @@ PY
 	cd "$BATS_TEST_TMPDIR"
 	# make -C: the current directory is the course; share the test's.
 	coproc VM { TMPDIR=$BATS_TEST_TMPDIR RXE_VM_SHARE=$BATS_TEST_TMPDIR make --no-print-directory -C "$COURSE" vm-shell HOSTS=2 2>&1; }
-	seen=""
-	while IFS= read -r -t 180 -n 1 c <&"${VM[0]}"; do
-		seen+=$c
-		case "$seen" in *"root@rxe-vm-a:"*"# ") break ;; esac
-	done
+	seen=$(await_prompt "root@rxe-vm-a:")
 	[[ "$seen" == *"'b CMD' runs CMD on B"* ]] || fail "no greeting for host A in: $seen"
-	echo "b 'echo \"on \$(hostname) \$RDMA_IP\"' >$BATS_TEST_TMPDIR/typed.txt; exit 3" >&"${VM[1]}"
-	pid=$VM_PID
-	for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-	if kill -0 "$pid" 2>/dev/null; then
-		pkill -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
-		kill "$pid"
-		fail "the shell did not act on the typed command within 60 s"
-	fi
+	type_and_await_exit "b 'echo \"on \$(hostname) \$RDMA_IP\"' >$BATS_TEST_TMPDIR/typed.txt; exit 3"
 	[ "$(cat typed.txt)" = "B| on rxe-vm-b 192.0.2.2" ]
 	run pgrep -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
 	assert_failure
