@@ -1,9 +1,11 @@
 # rdma-course - graded RDMA programming lessons on SoftRoCE.
 #
-#   make grade [LESSON=NN] [SRC=DIR] [RESULTS=FILE] [JUNIT=FILE] [TEST=NAME] [V=1]
+#   make grade [LESSON=NN] [SRC=DIR] [RESULTS=FILE] [JUNIT=FILE] [TEST=NAME] [V=1] [HOSTS=2]
 #                        grade SRC (default: skeletons, your work) on an rxe device;
 #                        TEST= only the tests whose name or title has NAME,
-#                        V=1 every failure in full (default: each lesson's first)
+#                        V=1 every failure in full (default: each lesson's first),
+#                        HOSTS=2 your programs on host A of two linked VMs, the
+#                        grader's reference peers on host B
 #   make watch LESSON=NN [SRC=DIR]  grade the lesson again on every save (Ctrl-C stops)
 #   make status          where you stand: one line per lesson from the last grading
 #   make hint LESSON=NN [TEST=NAME]  the next hint for the lesson's first failing test
@@ -12,7 +14,8 @@
 #   make lint            shellcheck + clang-format (make test runs it too)
 #   make build LESSON=NN [SRC=DIR]   compile one lesson into build/SRC/NN-topic/
 #   make doctor          can grading run here? one PASS/FAIL line per check
-#   make vm-shell        an interactive shell in the rxe micro-VM
+#   make vm-shell [HOSTS=2]  an interactive shell in the rxe micro-VM; HOSTS=2:
+#                        on host A of two linked VMs ('b CMD' runs CMD on host B)
 #   make vm-up           keep a warm micro-VM: later grading starts at once
 #   make vm-down         stop it (it also stops after 15 idle minutes)
 #   make plot LESSON=02  draw a lesson's measurements to a PNG
@@ -27,6 +30,7 @@ RESULTS ?=
 JUNIT   ?=
 TEST    ?=
 V       ?=
+HOSTS   ?= 1
 PYTHON  ?= /usr/bin/python3
 WITH_RXE := vm-setup/with-rxe
 
@@ -45,7 +49,8 @@ grade:
 	@$(PYTHON) -m grader grade --src='$(SRC)' $(if $(LESSON),--lesson='$(LESSON)') \
 		$(if $(RESULTS),--results='$(abspath $(RESULTS))') \
 		$(if $(JUNIT),--junit='$(abspath $(JUNIT))') \
-		$(if $(TEST),--test='$(TEST)') $(if $(filter 1,$(V)),--verbose-failures)
+		$(if $(TEST),--test='$(TEST)') $(if $(filter 1,$(V)),--verbose-failures) \
+		--hosts='$(HOSTS)'
 
 help:
 	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile
@@ -77,7 +82,7 @@ doctor:
 	@vm-setup/doctor.sh
 
 vm-shell:
-	@vm-setup/microvm/run.sh --shell
+	@vm-setup/microvm/run.sh --shell $(if $(filter 2,$(HOSTS)),--pair)
 
 vm-up:
 	@vm-setup/microvm/run.sh --up

@@ -17,6 +17,7 @@
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -85,6 +86,9 @@ def main(argv):
                     help="only the tests whose name or title contains this")
     ap.add_argument("-v", "--verbose-failures", action="store_true",
                     help="every failure in full, not only each lesson's first")
+    ap.add_argument("--hosts", default="1", choices=["1", "2"],
+                    help="2: the program under test on host A of a linked "
+                         "pair of micro-VMs, the reference peers on host B")
     args = ap.parse_args(argv)
 
     src = Path(args.src).resolve()
@@ -128,10 +132,10 @@ def main(argv):
         os.chmod(out, 0o755)
         # Lessons that need no device (lesson.toml: device = false) are
         # graded right here, without booting the micro-VM.
-        where = ([str(COURSE / "vm-setup" / "with-rxe")]
-                 if any(needs_device(n) for n in
-                        (names or lesson_names(COURSE, src))) else [])
-        cmd = [*where, sys.executable, "-m", "pytest", "-c", "grader/pytest.ini", "--rootdir", ".",
+        device = any(needs_device(n) for n in
+                     (names or lesson_names(COURSE, src)))
+        where = [str(COURSE / "vm-setup" / "with-rxe")] if device else []
+        cmd = [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini", "--rootdir", ".",
                *PYTEST_FLAGS, "grader/lessons", f"--src={src}", "--prebuilt",
                f"--results={out}/results.json",
                f"--status={COURSE / '.grade' / 'status.json'}"]
@@ -143,6 +147,11 @@ def main(argv):
             cmd.append(f"--test={args.test}")
         if args.verbose_failures:
             cmd.append("--verbose-failures")
+        if device and args.hosts == "2":
+            # Host B serves host A: the peers run there (grader/remote.py).
+            cmd = [*where, "--pair", shlex.join(cmd), ""]
+        else:
+            cmd = [*where, *cmd]
         rc = subprocess.run(cmd, cwd=COURSE).returncode
         if not (out / "results.json").exists():
             print(f"grader: no results were written (exit {rc}): grading "

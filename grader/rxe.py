@@ -1,7 +1,8 @@
 """The RDMA device the grader runs on, and its rxe hardware counters.
 
 vm-setup/with-rxe exports RDMA_DEVICE, RDMA_GID_INDEX, RDMA_IP, RDMA_NETDEV
-and RDMA_BACKEND; outside it there is no device to grade on.
+and RDMA_BACKEND (and, on host A of a pair, RDMA_PEER_IP and RDMA_PEER_JOBS);
+outside it there is no device to grade on.
 """
 
 import os
@@ -33,6 +34,11 @@ class Rdma:
         self.netdev = env.get("RDMA_NETDEV")
         self.backend = env.get("RDMA_BACKEND")
         self.ib_port = 1
+        # A linked pair (with-rxe --pair): the other host's address, and
+        # the jobs directory through which it runs the grader's commands
+        # (grader/remote.py) when it serves.
+        self.peer_ip = env.get("RDMA_PEER_IP")
+        self.peer_jobs = env.get("RDMA_PEER_JOBS")
 
     def available(self):
         return bool(self.device) and (SYSFS_IB / self.device).exists()

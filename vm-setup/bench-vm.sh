@@ -3,6 +3,8 @@
 #   ready:    kernel start to rxe0 ACTIVE with its RoCE v2 GID (guest uptime)
 #   with-rxe: wall time of one `vm-setup/with-rxe true` (QEMU start to power-off),
 #             then the same on a warm VM (make vm-up)
+#   pingpong: ibv_rc_pingpong's time per round trip (1500 bytes), both sides
+#             in one VM, then across a linked pair (with-rxe --pair)
 # Median of N runs (default 5). Target: ready <= 4 s under TCG on 2 cores.
 #
 # usage: vm-setup/bench-vm.sh [RUNS]
@@ -35,6 +37,20 @@ for i in $(seq "$runs"); do
 	printf 'warm run %d: with-rxe %s s\n' "$i" "${warm[-1]}"
 done
 "$here/microvm/run.sh" --down >/dev/null
+# ibv_rc_pingpong: one VM (server and client on rxe0) against a pair (server
+# on A, client on B), alternated so that both see the same machine load.
+pp='ibv_rc_pingpong -g $RDMA_GID_INDEX -n 500 -s 1500'
+usec() { sed -n 's/.* = \([0-9.]*\) usec\/iter$/\1/p' | tail -n 1; }
+single=() pair=()
+for i in $(seq "$runs"); do
+	u=$(RXE_VM_COLD=1 RXE_BACKEND=vm "$here/with-rxe" bash -c "$pp & sleep 0.5; $pp \$RDMA_IP; wait" 2>&1 | usec)
+	[ -n "$u" ] || { echo "bench-vm: single-VM ibv_rc_pingpong run $i failed" >&2; exit 1; }
+	single+=("$u")
+	u=$("$here/with-rxe" --pair "$pp" "sleep 1; $pp \$RDMA_PEER_IP" 2>&1 | grep '^B| ' | usec)
+	[ -n "$u" ] || { echo "bench-vm: pair ibv_rc_pingpong run $i failed" >&2; exit 1; }
+	pair+=("$u")
+	printf 'run %d: ibv_rc_pingpong round trip: one VM %s us, pair %s us\n' "$i" "${single[-1]}" "${pair[-1]}"
+done
 accel=$("$here/microvm/run.sh" --accel | sed -n 's/^accel: //p')
 cold_m=$(printf '%s\n' "${wall[@]}" | median)
 warm_m=$(printf '%s\n' "${warm[@]}" | median)
@@ -42,3 +58,6 @@ printf 'micro-VM (%s, %s CPUs, %d runs): ready median %.2f s (target <= 4 s), wi
 	"${RXE_VM_ACCEL:-$accel}" "${RXE_VM_SMP:-2}" "$runs" \
 	"$(printf '%s\n' "${ready[@]}" | median)" "$cold_m"
 awk -v c="$cold_m" -v w="$warm_m" 'BEGIN { printf "with-rxe true: cold %.2f s, warm %.2f s, warm/cold %.2f (target < 0.25)\n", c, w, w / c }'
+s_m=$(printf '%s\n' "${single[@]}" | median)
+p_m=$(printf '%s\n' "${pair[@]}" | median)
+awk -v s="$s_m" -v p="$p_m" 'BEGIN { printf "ibv_rc_pingpong 1500 B round trip: one VM %.0f us, pair %.0f us, pair/one %.2f (target: pair < 1000 us)\n", s, p, p / s }'

@@ -72,7 +72,9 @@ for d in "$SYSFS_IB"/*; do
 	fi
 done
 
-if ! modprobe rdma_rxe 2>/dev/null; then
+# Loaded already (or built in): nothing to load. modprobe would need this
+# kernel's module tree, which a VM booted from its own initramfs lacks.
+if [ ! -d /sys/module/rdma_rxe ] && ! modprobe rdma_rxe 2>/dev/null; then
 	die "cannot load the rdma_rxe kernel module: this kernel ($(uname -r)) does not ship it or
   modules cannot be loaded here. WSL2 kernels have no rxe; containers cannot load modules.
   Use the micro-VM instead: vm-setup/with-rxe CMD runs CMD in it (make grade does so by itself)."
@@ -87,6 +89,14 @@ until [ "$(rxe_port_state "$name")" = ACTIVE ] && gi=$(rxe_gid_index "$name"); d
 		die "$name did not become ACTIVE with an IPv4 RoCE v2 GID within 5 s (is $netdev up?); removed it again"
 	fi
 	sleep 0.1
+done
+# Unprivileged programs open the device through /dev/infiniband/uverbsN.
+# rdma-core's udev rule makes it 0666; where no udev runs (a container, a
+# minimal VM) the node is the kernel's 0600 root: do what the rule does.
+for f in /sys/class/infiniband_verbs/uverbs*/ibdev; do
+	[ "$(cat "$f" 2>/dev/null)" = "$name" ] || continue
+	node=/dev/infiniband/$(basename "$(dirname "$f")")
+	[ -e "$node" ] && chmod 0666 "$node" /dev/infiniband/rdma_cm 2>/dev/null
 done
 echo "setup-rxe: added $name on $netdev"
 echo "device $name, GID index ${gi% *}, IP ${gi#* }, port ACTIVE"

@@ -265,3 +265,12 @@ accel: tcg"
 	kill "$watcher" 2>/dev/null || true
 	assert_failure
 }
+
+@test "with-rxe --pair needs exactly two commands (exit 2, nothing booted)" {
+	run "$COURSE/vm-setup/with-rxe" --pair 'true'
+	assert_failure 2
+	assert_output --partial "--pair takes two shell commands, host A's and host B's"
+	run "$COURSE/vm-setup/with-rxe" --backend native --pair true true
+	assert_failure 2
+	assert_output --partial "always runs two micro-VMs"
+}

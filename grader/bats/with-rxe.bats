@@ -15,6 +15,30 @@ setup() {
 	export BATS_LIB_PATH=/usr/lib/bats
 }
 
+# await_prompt PROMPT - read the coprocess VM's output until PROMPT and
+# "# " (a root shell waiting); print what was read.
+await_prompt() {
+	local seen="" c
+	while IFS= read -r -t 180 -n 1 c <&"${VM[0]}"; do
+		seen+=$c
+		case "$seen" in *"$1"*"# ") break ;; esac
+	done
+	printf '%s' "$seen"
+}
+
+# type_and_await_exit LINE - type LINE into the coprocess VM's shell; fail
+# (VMs killed) unless it has exited 60 s later.
+type_and_await_exit() {
+	local pid=$VM_PID
+	echo "$1" >&"${VM[1]}"
+	for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+	if kill -0 "$pid" 2>/dev/null; then
+		pkill -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
+		kill "$pid"
+		fail "the shell did not act on the typed command within 60 s"
+	fi
+}
+
 @test "micro-VM: stdout, stderr, exit code, RDMA_* and files written in the current directory come back" {
 	cd "$BATS_TEST_TMPDIR"
 	run --separate-stderr "$COURSE/vm-setup/with-rxe" --backend vm bash -c \
@@ -47,20 +71,9 @@ setup() {
 	# TMPDIR names this run's directory on QEMU's command line (see above).
 	coproc VM { TMPDIR=$BATS_TEST_TMPDIR "$COURSE/vm-setup/microvm/run.sh" --shell 2>&1; }
 	# Wait for the prompt, then type as a person would.
-	seen=""
-	while IFS= read -r -t 120 -n 1 c <&"${VM[0]}"; do
-		seen+=$c
-		case "$seen" in *"root@rxe-vm:"*"# ") break ;; esac
-	done
+	seen=$(await_prompt "root@rxe-vm:")
 	[[ "$seen" == *"rxe0 is ACTIVE"* ]]
-	echo 'echo "shell $RDMA_DEVICE" >typed.txt; exit 3' >&"${VM[1]}"
-	pid=$VM_PID
-	for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-	if kill -0 "$pid" 2>/dev/null; then
-		pkill -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
-		kill "$pid"
-		fail "the shell did not act on the typed command within 60 s"
-	fi
+	type_and_await_exit 'echo "shell $RDMA_DEVICE" >typed.txt; exit 3'
 	[ "$(cat typed.txt)" = "shell rxe0" ]
 }
 
@@ -161,4 +174,71 @@ PY
 	# Built once, by whichever came first; the other waited and reused it.
 	[ "$(cat "$BATS_TEST_TMPDIR"/c?.err | grep -c 'ready in')" = 1 ]
 	[ "$(find "$RXE_VM_CACHE" -maxdepth 1 -name 'vm-*' | wc -l)" = 1 ]
+}
+
+@test "pair: two hosts over a link, ibv_rc_pingpong across it, prefixed output, the failing host named" {
+	cd "$BATS_TEST_TMPDIR"
+	# TMPDIR names both runs' directories on QEMU's command lines.
+	TMPDIR=$BATS_TEST_TMPDIR run --separate-stderr "$COURSE/vm-setup/with-rxe" --pair \
+		'echo "env $RDMA_HOST $(hostname) $RDMA_DEVICE $RDMA_IP $RDMA_PEER_IP"; ibv_rc_pingpong -g $RDMA_GID_INDEX -n 50 -s 1500' \
+		'echo "env $RDMA_HOST $(hostname) $RDMA_DEVICE $RDMA_IP $RDMA_PEER_IP"; sleep 2; ibv_rc_pingpong -g $RDMA_GID_INDEX -n 50 -s 1500 $RDMA_PEER_IP; exit 3'
+	assert_failure 3
+	assert_line "A| env A rxe-vm-a rxe0 192.0.2.1 192.0.2.2"
+	assert_line "B| env B rxe-vm-b rxe0 192.0.2.2 192.0.2.1"
+	# Each side's own GID is its host's; the remote one is the other's.
+	assert_line --regexp '^A\|   local address: .* GID ::ffff:192\.0\.2\.1$'
+	assert_line --regexp '^B\|   remote address: .* GID ::ffff:192\.0\.2\.1$'
+	assert_line --regexp '^A\| 50 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$'
+	assert_line --regexp '^B\| 50 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$'
+	# shellcheck disable=SC2154 # run --separate-stderr sets $stderr
+	[[ "$stderr" == *"rxe-vm: host B's command failed (exit 3)"* ]]
+	[[ "$stderr" != *"host A's command failed"* ]]
+	run pgrep -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
+	assert_failure
+}
+
+@test "pair: netem loss on A's link is retransmitted (A's counters), link down gives IBV_EVENT_PORT_ERR" {
+	c=/sys/class/infiniband/rxe0/ports/1/hw_counters
+	run "$COURSE/vm-setup/with-rxe" --pair \
+		"tc qdisc add dev rdma0 root netem loss 20% && ibv_rc_pingpong -g \$RDMA_GID_INDEX -n 50 -s 1500 && echo \"retries \$(cat $c/completer_retry_err)\"" \
+		'sleep 2; ibv_rc_pingpong -g $RDMA_GID_INDEX -n 50 -s 1500 $RDMA_PEER_IP || exit
+		ibv_asyncwatch -d rxe0 & sleep 1; ip link set rdma0 down; sleep 1; kill $!'
+	assert_success
+	assert_line --regexp '^B\| 50 iters in '
+	# One packet in five of A's is dropped: A's requests time out and go again.
+	retries=$(sed -n 's/^A| retries //p' <<<"$output")
+	[ -n "$retries" ] && [ "$retries" -gt 0 ] || fail "A's completer_retry_err did not move under 20% loss: '$retries'"
+	assert_line --partial "B|   event_type IBV_EVENT_PORT_ERR"
+}
+
+@test "pair: when one host fails, the other is killed after RXE_VM_PAIR_GRACE and named; nothing is left" {
+	TMPDIR=$BATS_TEST_TMPDIR RXE_VM_PAIR_GRACE=3 run "$COURSE/vm-setup/with-rxe" --pair 'sleep 600' 'echo bye; exit 4'
+	assert_failure
+	assert_line "B| bye"
+	assert_output --partial "host A was still running 3 s after host B's command failed (exit 4); killed it"
+	assert_output --partial "host B's command failed (exit 4)"
+	run pgrep -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
+	assert_failure
+	[ -z "$(ls -d "$BATS_TEST_TMPDIR"/rxe-pair.* 2>/dev/null)" ]
+}
+
+@test "pair: make vm-shell HOSTS=2 is a shell on host A in which 'b CMD' runs CMD on host B" {
+	cd "$BATS_TEST_TMPDIR"
+	# make -C: the current directory is the course; share the test's.
+	coproc VM { TMPDIR=$BATS_TEST_TMPDIR RXE_VM_SHARE=$BATS_TEST_TMPDIR make --no-print-directory -C "$COURSE" vm-shell HOSTS=2 2>&1; }
+	seen=$(await_prompt "root@rxe-vm-a:")
+	[[ "$seen" == *"'b CMD' runs CMD on B"* ]] || fail "no greeting for host A in: $seen"
+	type_and_await_exit "b 'echo \"on \$(hostname) \$RDMA_IP\"' >$BATS_TEST_TMPDIR/typed.txt; exit 3"
+	[ "$(cat typed.txt)" = "B| on rxe-vm-b 192.0.2.2" ]
+	run pgrep -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
+	assert_failure
+}
+
+@test "pair: make grade HOSTS=2 runs the reference peer on host B and counts host A's traffic alone" {
+	cd "$COURSE"
+	run make --no-print-directory grade LESSON=05 SRC=solutions HOSTS=2 TEST="every ping arrived intact"
+	assert_success
+	assert_line --partial "A|   reference server: every ping arrived intact in its memory ... OK"
+	[[ "$(tail -n 1 <<<"$output")" =~ ^A\|\ Score:\ ([0-9]+)/([0-9]+)$ ]] || fail "no score line: $output"
+	[ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] && [ "${BASH_REMATCH[1]}" -gt 0 ]
 }

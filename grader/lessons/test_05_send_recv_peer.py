@@ -11,8 +11,9 @@ qp_info and the two syncs.
 import pytest
 
 from grader import GradeFailure, expect, expect_line, points
-from grader.trusted.run import (client_vs_peer, expect_owner, expect_peer_ok,
-                                rand_between, server_vs_peer)
+from grader.trusted.run import (client_vs_peer, expect_own_traffic,
+                                expect_owner, expect_peer_ok, rand_between,
+                                server_vs_peer)
 
 PROG = "pingpong"
 T = "10"
@@ -74,12 +75,16 @@ def _bad_line(v, side):
 
 
 @points(3, "reference server: every ping arrived intact in its memory")
-def test_peer_server_checks_pings(as_client):
+def test_peer_server_checks_pings(rdma, as_client):
     res, pid, v, iters, size = as_client
     res.ok("client against the reference server")
     expect_peer_ok(v, "client against the reference server")
     expect(v["verified"], iters, "pings the reference server found intact")
     expect_owner(v, pid, "client")
+    # make grade HOSTS=2: one SEND and one RECV per ping on the client's
+    # device, nothing else.
+    expect_own_traffic(rdma, v, "rdma_sends", iters, "client")
+    expect_own_traffic(rdma, v, "rdma_recvs", iters, "client")
     expect_line(res.stdout, f"verified {iters} messages of {size} bytes",
                 "client stdout")
 
@@ -93,12 +98,14 @@ def test_peer_corrupt_pong(as_client_corrupt):
 
 
 @points(3, "reference client: the server answered every ping intact")
-def test_peer_client_checks_pongs(as_server):
+def test_peer_client_checks_pongs(rdma, as_server):
     res, pid, v, iters, size = as_server
     res.ok("server against the reference client")
     expect_peer_ok(v, "server against the reference client")
     expect(v["verified"], iters, "pongs the reference client found intact")
     expect_owner(v, pid, "server")
+    expect_own_traffic(rdma, v, "rdma_sends", iters, "server")
+    expect_own_traffic(rdma, v, "rdma_recvs", iters, "server")
     expect_line(res.stdout, f"verified {iters} messages of {size} bytes",
                 "server stdout")
 

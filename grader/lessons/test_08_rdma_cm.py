@@ -183,9 +183,11 @@ def test_no_server(build, rdma):
 
 @points(2, "a host nobody answers at: a clean failure within --timeout")
 def test_wrong_host(build, rdma):
-    # Nothing answers there: in the micro-VM, an address on rxe's own subnet
-    # that no machine has; elsewhere a documentation address (RFC 5737).
-    host = "192.0.2.2" if rdma.ip == "192.0.2.1" else "198.51.100.1"
+    # Nothing answers there: in the micro-VM (one host or a pair), an
+    # address on rxe's own subnet that no machine has; elsewhere a
+    # documentation address (RFC 5737).
+    host = ("192.0.2.254" if (rdma.ip or "").startswith("192.0.2.")
+            else "198.51.100.1")
     res = build.run(CLIENT, "-p", 7471, "-t", 3, host, timeout=15)
     _quick_failure(res, 7, r"RDMA_CM_EVENT_\w+|rdma_resolve_(addr|route)",
                    f"'{build.command(CLIENT, '-p', 7471, '-t', 3, host)}'")

@@ -16,8 +16,8 @@ import pytest
 
 from grader import GradeFailure, expect_line, points
 from grader.trusted.run import (after, expect_owner, expect_peer_ok,
-                                rand_between, start_client, start_server,
-                                verdict)
+                                peer_host, rand_between, start_client,
+                                start_server, verdict)
 
 SERVER, CLIENT = "cm_server", "cm_client"
 T = "10"
@@ -30,10 +30,10 @@ def _size():
 @pytest.fixture(scope="module")
 def as_client(build, rdma):
     size = _size()
-    with start_server("08", "--host", rdma.ip, "--size", size,
+    with start_server("08", "--host", peer_host(rdma), "--size", size,
                       "--timeout", T) as peer:
         with build.start(CLIENT, "-p", peer.port, "-t", T, "-s", size,
-                         rdma.ip, ready=None) as cli:
+                         peer_host(rdma), ready=None) as cli:
             pid = cli.proc.pid
             res = cli.wait()
         v = verdict(peer, timeout=after(res), other=res)

@@ -6,7 +6,8 @@
 #      to end, the course self-check's static half (files, TODO regions,
 #      warning-free builds)
 #   3. bats: with-rxe through the micro-VM (exit codes, output, timeout, the
-#      warm VM, make grade from outside) - beside part 2
+#      warm VM, make grade from outside, a linked pair of VMs), then the
+#      native backend for real in a VM booted without a device - beside part 2
 #   4a. in one vm-setup/with-rxe run: the device smoke test (bats) and
 #      pytest -m device: the self-check grades solutions (full marks) and
 #      skeletons (not full marks), and the hostile submissions (no more than
@@ -39,7 +40,13 @@ scripts=$?
 # 6m31s). Each VM has its own rxe device and counters. The output of the
 # background parts follows the others', in order.
 export RXE_VM_SMP=${RXE_VM_SMP:-1}
-bats grader/bats/with-rxe.bats >"$logs/3" 2>&1 3>&- &
+{
+	bats grader/bats/with-rxe.bats; w=$?
+	# native.bats grades lesson 01 natively in the VM: compile it here.
+	"$PYTHON" -m grader build solutions >/dev/null &&
+		RXE_VM_NO_RXE=1 vm-setup/with-rxe bats grader/bats/native.bats; n=$?
+	[ $w = 0 ] && [ $n = 0 ]
+} >"$logs/3" 2>&1 3>&- &
 part3=$!
 echo "== 2. pytest: grader and course self-check, no device =="
 $PYTEST -m "not device" "$@"

@@ -25,7 +25,6 @@ import os
 import secrets
 import socket
 import struct
-import subprocess
 import sys
 import time
 import types
@@ -44,25 +43,12 @@ import pyverbs.cm_enums as ce                                   # noqa: E402
 import pyverbs.enums as e                                       # noqa: E402
 
 from grader.trusted import oob, patterns                        # noqa: E402
+from grader.trusted.kernel import program_qp                    # noqa: E402
 from grader.trusted.oob import PeerGone                         # noqa: E402
 from grader.trusted.verbs import (WC_STATUS, RcResources,       # noqa: E402
                                   WcError)
 
 WRID_SEND, WRID_RECV = 0, 1
-
-
-def kernel_qp(qpn):
-    """What `rdma -j resource show qp` says about local QP `qpn`."""
-    try:
-        out = subprocess.run(["rdma", "-j", "resource", "show", "qp"],
-                             capture_output=True, text=True, timeout=10).stdout
-        for q in json.loads(out or "[]"):
-            if q.get("lqpn") == qpn:
-                return {k: q.get(k) for k in ("lqpn", "pid", "comm", "state",
-                                              "type", "ifname")}
-    except (OSError, ValueError, subprocess.TimeoutExpired) as err:
-        return {"error": str(err)}
-    return None
 
 
 class Session:
@@ -91,7 +77,7 @@ class Session:
         then the 'R' barrier. Returns the program's qp_info."""
         theirs = oob.exchange(self.sock, mine)
         self.result["theirs"] = theirs._asdict() | {"gid": theirs.gid.hex()}
-        self.result["remote_qp"] = kernel_qp(theirs.qpn)
+        self.result["remote_qp"] = program_qp(theirs.qpn)
         res.connect(theirs)
         oob.sync(self.sock, b"R")
         return theirs
@@ -372,7 +358,7 @@ class CmSession(Session):
         attr, _ = self.cmid.query_qp(e.IBV_QP_DEST_QPN | e.IBV_QP_STATE)
         self.remote_qpn = attr.dest_qp_num
         self.result["theirs"] = {"qpn": attr.dest_qp_num}
-        self.result["remote_qp"] = kernel_qp(attr.dest_qp_num)
+        self.result["remote_qp"] = program_qp(attr.dest_qp_num)
 
     def lesson08_server(self):
         """Receive the client's BUF, advertise a zeroed buffer of that
@@ -415,7 +401,7 @@ class CmSession(Session):
         # answer its DREQ as lesson 08's server does.
         deadline = time.monotonic() + a.timeout
         while time.monotonic() < deadline:
-            q = kernel_qp(self.remote_qpn)
+            q = program_qp(self.remote_qpn)
             if not q or q.get("state") != "RTS":
                 break
             time.sleep(0.05)

@@ -1,7 +1,12 @@
 """Running the reference peer (peer.py) from a test, next to the program
-under test: fresh random inputs, bounded waits, its verdict as a dict."""
+under test: fresh random inputs, bounded waits, its verdict as a dict.
+
+On host A of a serving pair (`make grade HOSTS=2`: RDMA_PEER_JOBS is set)
+the peer runs on host B through grader/remote.py, and the program under test
+alone uses A's device: A's counters are its traffic only."""
 
 import json
+import os
 import secrets
 import sys
 from pathlib import Path
@@ -10,6 +15,8 @@ from .. import harness
 from ..harness import GradeFailure
 
 PEER = Path(__file__).resolve().parent / "peer.py"
+# Run as a script: importing the grader package would import pytest.
+REMOTE = Path(__file__).resolve().parent.parent / "remote.py"
 READY = r"^listening on port (\d+)$"
 
 
@@ -19,7 +26,9 @@ def rand_between(lo, hi):
 
 
 def peer_cmd(lesson, role, *opts):
-    return [sys.executable, str(PEER), lesson, role, *map(str, opts)]
+    cmd = [sys.executable, str(PEER), lesson, role, *map(str, opts)]
+    jobs = os.environ.get("RDMA_PEER_JOBS")
+    return [sys.executable, str(REMOTE), jobs, "--", *cmd] if jobs else cmd
 
 
 def start_server(lesson, *opts, timeout=40):
@@ -65,6 +74,20 @@ def expect_peer_ok(v, what):
                            f"({v['_cmd']}) says:\n  {v['error']}")
 
 
+def expect_own_traffic(rdma, v, name, count, who):
+    """On host A of a pair the device carries the program's traffic alone:
+    counter `name` must have moved by exactly `count` (on one host the
+    peer's own traffic counts too: nothing to prove there)."""
+    if not rdma.peer_jobs:
+        return
+    got = v["_counters"].get(name, 0)
+    if got != count:
+        raise GradeFailure(
+            f"{name} on the {who}'s host (host A; the reference peer runs on "
+            f"host B)\n  expected: {count}\n  got:      {got}\n  all "
+            f"counters that moved: {v['_counters'].show()}")
+
+
 def expect_owner(v, pid, who):
     """The QP the program named in its qp_info is its own (the kernel's
     `rdma resource show qp`)."""
@@ -78,18 +101,27 @@ def expect_owner(v, pid, who):
 
 
 def host(rdma):
+    """Where the program under test listens."""
     return rdma.ip or "localhost"
+
+
+def peer_host(rdma):
+    """Where the reference peer listens: host B of a serving pair, else
+    the same host as the program."""
+    return rdma.peer_ip if rdma.peer_jobs else host(rdma)
 
 
 def client_vs_peer(build, rdma, lesson, prog, peer_opts, client_args):
     """The program as the client of the reference server:
     (client Result, client pid, the peer's verdict)."""
     with start_server(lesson, *peer_opts) as peer:
+        before = rdma.counters()
         with build.start(prog, "--port", peer.port, *client_args,
-                         host(rdma), ready=None) as client:
+                         peer_host(rdma), ready=None) as client:
             pid = client.proc.pid
             res = client.wait()
         v = verdict(peer, timeout=after(res), other=res)
+    v["_counters"] = rdma.counters() - before
     return res, pid, v
 
 
@@ -98,8 +130,10 @@ def server_vs_peer(build, rdma, lesson, prog, server_args, peer_opts):
     (server Result, server pid, the peer's verdict)."""
     with build.start(prog, "--port", "0", *server_args) as server:
         pid = server.proc.pid
+        before = rdma.counters()
         with start_client(lesson, "--host", host(rdma), "--port",
                           server.port, *peer_opts) as peer:
             v = verdict(peer)
         res = server.wait(timeout=30)
+    v["_counters"] = rdma.counters() - before
     return res, pid, v

@@ -27,7 +27,9 @@ case "${1:-}" in
 esac
 
 # Modules the guest needs, in any order; their dependencies come along.
-MODULES="virtio_pci 9pnet_virtio 9p overlay dummy crc32_generic rdma_rxe ib_uverbs rdma_ucm"
+# virtio_net is the NIC of a linked pair (with-rxe --pair), sch_netem the
+# fault injection on its link (tc qdisc ... netem loss/delay).
+MODULES="virtio_pci 9pnet_virtio 9p overlay dummy virtio_net sch_netem crc32_generic rdma_rxe ib_uverbs rdma_ucm"
 
 # A cache entry is named by the content of what builds it (init, this
 # script), never by the checkout's path: any number of checkouts share one

@@ -3,8 +3,18 @@
 # output and exit code, power off. Normally reached through vm-setup/with-rxe.
 #
 # usage: run.sh [--shell] [--] CMD [ARG...]
+#        run.sh --pair CMD_A CMD_B
 #        run.sh --accel | --up | --down
 #   --shell            an interactive shell in the VM instead of CMD
+#   --pair             two VMs, hosts A (192.0.2.1) and B (192.0.2.2), each
+#                      with rxe0 on a NIC linked to the other's; runs the
+#                      shell command CMD_A on A and CMD_B on B, both once the
+#                      link answers, with RDMA_PEER_IP (the other's address)
+#                      and RDMA_HOST (A or B) exported besides the usual;
+#                      output lines are prefixed "A| " and "B| "; exits with
+#                      the first non-zero status (A's, then B's), naming it.
+#                      An empty CMD_B: B runs the commands A's root hands it
+#                      in RDMA_PEER_JOBS (grader/remote.py), until A's ends
 #   --accel            say which accelerator a run would use and why (the
 #                      KVM boot probe's verdict), run nothing
 #   --up               start a warm VM for this course tree (make vm-up): later
@@ -22,6 +32,8 @@
 #   RXE_VM_VERBOSE=1   keep the guest's console log (kernel messages and boot
 #                      timings) in the run directory, whose path is printed
 #   RXE_VM_COLD=1      never use the warm VM
+#   RXE_VM_NO_RXE=1    no rxe device: the command makes one itself, as on
+#                      a native host (vm-setup/setup-rxe.sh); RDMA_* unset
 #   RXE_VM_CACHE, RXE_VM_KERNEL_DEB: see build.sh
 set -uo pipefail
 
@@ -33,6 +45,10 @@ timeout=${RXE_VM_TIMEOUT:-}
 interactive=0
 probe_only=0
 serve=0
+pair=0
+# A host of a pair (set by --pair for its two children): "HOST LOCAL_PORT
+# PEER_PORT", HOST A or B, the ports those of the link's UDP sockets.
+member=${_RXE_VM_PAIR:-}
 
 die() {
 	echo "rxe-vm: $*" >&2
@@ -44,22 +60,105 @@ while [ $# -gt 0 ]; do
 	--shell) interactive=1 ;;
 	--accel) probe_only=1 ;;
 	--up) serve=1 ;;
+	--pair) pair=1 ;;
 	--down) exec "$here/warm.sh" down ;;
 	--) shift; break ;;
-	-h | --help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,35s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	-*) die "unknown option '$1' (see: $0 --help)" 2 ;;
 	*) break ;;
 	esac
 	shift
 done
-[ $interactive = 1 ] || [ $probe_only = 1 ] || [ $serve = 1 ] || [ $# -gt 0 ] || die "no command given (usage: run.sh [--shell] [--] CMD [ARG...])" 2
+[ $interactive = 1 ] || [ $probe_only = 1 ] || [ $serve = 1 ] || [ $pair = 1 ] || [ $# -gt 0 ] || die "no command given (usage: run.sh [--shell] [--] CMD [ARG...])" 2
+[ $pair = 0 ] || [ $interactive = 1 ] || [ $# = 2 ] || die "--pair takes two commands, host A's and host B's, got $# (usage: run.sh --pair CMD_A CMD_B)" 2
+[ $pair = 0 ] || [ $interactive = 0 ] || [ $# = 0 ] || die "--shell --pair takes no command: a shell on host A, and 'b CMD' in it runs CMD on host B" 2
 # A command is killed after 30 minutes; a shell lives until you leave it.
 [ -n "$timeout" ] || { [ $interactive = 1 ] && timeout=999999999 || timeout=1800; }
 case "$timeout" in '' | *[!0-9]*) die "RXE_VM_TIMEOUT must be a number of seconds, got '$timeout'" 2 ;; esac
 
+# --- a linked pair: this script twice, one per host, outputs prefixed ------
+if [ $pair = 1 ]; then
+	# Two free UDP ports on the loopback, one per end of the link.
+	ports=$(python3 -c 'import socket
+s = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))') || die "cannot find two free UDP ports on 127.0.0.1"
+	read -r port_a port_b <<<"$ports"
+	# The hosts' meeting point: each writes HOST.ready there once its rxe0
+	# is ACTIVE and starts its command when the other's is there too.
+	meet=$(mktemp -d "${TMPDIR:-/tmp}/rxe-pair.XXXXXX") || die "mktemp failed"
+	# host H CMD - run CMD (a shell command) on host H; output prefixed "H| ".
+	host() {
+		_RXE_VM_PAIR="$1 $2 $3 $meet" RXE_VM_COLD=1 "$0" -- bash -c "$4" \
+			> >(sed -u "s/^/$1| /") 2> >(sed -u "s/^/$1| /" >&2) &
+	}
+	if [ $interactive = 1 ]; then
+		# make vm-shell HOSTS=2: B serves, A's shell is ours (see stage2.sh).
+		_RXE_VM_PAIR="B $port_b $port_a $meet serve" RXE_VM_COLD=1 "$0" -- true \
+			> >(sed -u "s/^/B| /") 2> >(sed -u "s/^/B| /" >&2) &
+		pid_b=$!
+		_RXE_VM_PAIR="A $port_a $port_b $meet" "$0" --shell
+		rc_a=$?
+		kill $pid_b 2>/dev/null
+		wait
+		rm -rf "$meet"
+		exit $rc_a
+	fi
+	host A "$port_a" "$port_b" "$1"
+	pid_a=$!
+	if [ -n "$2" ]; then
+		host B "$port_b" "$port_a" "$2"
+	else
+		_RXE_VM_PAIR="B $port_b $port_a $meet serve" RXE_VM_COLD=1 "$0" -- true \
+			> >(sed -u "s/^/B| /") 2> >(sed -u "s/^/B| /" >&2) &
+	fi
+	pid_b=$!
+	trap 'kill $pid_a $pid_b 2>/dev/null; wait; rm -rf "$meet"; echo "rxe-vm: interrupted" >&2; exit 130' INT TERM HUP
+	if [ -z "$2" ]; then
+		# B serves A: done when A is.
+		wait $pid_a
+		rc_a=$?
+		kill $pid_b 2>/dev/null
+		wait
+		rm -rf "$meet"
+		[ $rc_a = 0 ] || echo "rxe-vm: host A's command failed (exit $rc_a)" >&2
+		exit $rc_a
+	fi
+	wait -n -p first $pid_a $pid_b
+	rc_first=$?
+	if [ "$first" = "$pid_a" ]; then
+		other=$pid_b first_host=A other_host=B
+	else
+		other=$pid_a first_host=B other_host=A
+	fi
+	# A host that failed leaves the other waiting for a peer that may never
+	# answer again (a server for its client): the other gets RXE_VM_PAIR_GRACE
+	# seconds (default 15) to end by itself, then it is killed and named.
+	if [ $rc_first != 0 ]; then
+		grace=${RXE_VM_PAIR_GRACE:-15}
+		for _ in $(seq $((grace * 5))); do
+			kill -0 "$other" 2>/dev/null || break
+			sleep 0.2
+		done
+		if kill -0 "$other" 2>/dev/null; then
+			echo "rxe-vm: host $other_host was still running $grace s after host $first_host's command failed (exit $rc_first); killed it" >&2
+			kill "$other" 2>/dev/null
+		fi
+	fi
+	wait "$other"
+	rc_other=$?
+	if [ "$first" = "$pid_a" ]; then rc_a=$rc_first rc_b=$rc_other; else rc_a=$rc_other rc_b=$rc_first; fi
+	wait # the prefixing seds
+	rm -rf "$meet"
+	[ $rc_a = 0 ] || echo "rxe-vm: host A's command failed (exit $rc_a)" >&2
+	[ $rc_b = 0 ] || echo "rxe-vm: host B's command failed (exit $rc_b)" >&2
+	[ $rc_a = 0 ] && exit "$rc_b"
+	exit "$rc_a"
+fi
+
 # A warm VM of this course tree runs the command at once if it can; it
 # answers 200 when it cannot (none, busy, or not sharing what CMD needs).
-if [ $interactive = 0 ] && [ $probe_only = 0 ] && [ $serve = 0 ] && [ "${RXE_VM_COLD:-0}" != 1 ]; then
+if [ $interactive = 0 ] && [ $probe_only = 0 ] && [ $serve = 0 ] && [ "${RXE_VM_COLD:-0}" != 1 ] && [ "${RXE_VM_NO_RXE:-0}" != 1 ]; then
 	"$here/warm.sh" job "$@"
 	rc=$?
 	[ $rc = 200 ] || exit $rc
@@ -85,7 +184,7 @@ fi
 qpid='' keep=0
 cleanup() {
 	[ $serve = 1 ] && return
-	[ -n "$qpid" ] && kill -9 "$qpid" 2>/dev/null
+	[ -n "$qpid" ] && kill -9 "$qpid" 2>/dev/null && wait "$qpid" 2>/dev/null
 	if [ $keep = 1 ]; then
 		rm -f "$run/env.sh"
 		echo "rxe-vm: kept the guest console log and spec in $run" >&2
@@ -94,8 +193,23 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
-trap 'echo "rxe-vm: interrupted" >&2; exit 130' INT TERM HUP
+# A serving host B is stopped this way when host A is done: no news then.
+trap '[ "${pair_serve:-}" = serve ] || echo "rxe-vm: interrupted" >&2; exit 130' INT TERM HUP
 
+# A host of a pair: a virtio NIC whose frames travel as UDP datagrams to the
+# other VM's (QEMU's socket netdev: no root, no bridge, nothing leaves the
+# loopback). Its own MAC per host; no option ROM (nothing boots from it).
+nic=()
+if [ -n "$member" ]; then
+	read -r pair_host port_local port_peer meet pair_serve <<<"$member"
+	case "$pair_host" in
+	A) my_ip=192.0.2.1 peer_ip=192.0.2.2 mac=52:54:00:c0:02:01 ;;
+	B) my_ip=192.0.2.2 peer_ip=192.0.2.1 mac=52:54:00:c0:02:02 ;;
+	*) die "internal: pair host must be A or B, got '$pair_host'" 2 ;;
+	esac
+	nic=(-netdev "socket,id=link,udp=127.0.0.1:$port_peer,localaddr=127.0.0.1:$port_local"
+		-device "virtio-net-pci,netdev=link,mac=$mac,romfile=")
+fi
 # --- what the guest needs to know: boot.sh (for init), spec.sh and env.sh --
 shares=() tags=""
 # The guest has its own /, /tmp, /run, ...: sharing one of those over it would
@@ -119,6 +233,7 @@ add_share "$course"
 system_dir "$(pwd -P)" || add_share "$PWD"
 IFS=: read -ra extra <<<"${RXE_VM_SHARE:-}"
 for d in "${extra[@]}"; do [ -n "$d" ] && add_share "$d"; done
+[ -n "$member" ] && add_share "$meet"
 virtfs=()
 for i in "${!shares[@]}"; do
 	case "${shares[$i]}" in *[[:space:]\'\"]*) die "cannot share '${shares[$i]}': its path has white space or quotes" ;; esac
@@ -129,9 +244,13 @@ printf "SHARES='%s'\nCOURSE_DIR='%s'\n" "$tags" "$(cd "$course" && pwd -P)" >"$r
 verbose=${RXE_VM_VERBOSE:-0}
 [ "$verbose" = 1 ] && keep=1
 {
-	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\nVERBOSE=%s\nSERVE=%s\nIDLE=%s\n' \
+	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\nVERBOSE=%s\nSERVE=%s\nIDLE=%s\nNO_RXE=%s\n' \
 		"$(cd "$course" && pwd -P)" "$(pwd -P)" "$interactive" "$verbose" \
-		"$serve" "${RXE_VM_IDLE:-900}"
+		"$serve" "${RXE_VM_IDLE:-900}" "${RXE_VM_NO_RXE:-0}"
+	if [ -n "$member" ]; then
+		printf 'PAIR_HOST=%s\nPEER_IP=%s\nPEER_WAIT=%s\nPAIR_MEET=%q\nPAIR_SERVE=%s\n' \
+			"$pair_host" "$peer_ip" "${RXE_VM_PEER_WAIT:-60}" "$(cd "$meet" && pwd -P)" "$([ "${pair_serve:-}" = serve ] && echo 1 || echo 0)"
+	fi
 	printf 'CMD=('
 	printf '%q ' "$@"
 	printf ')\n'
@@ -194,6 +313,7 @@ if [ $probe_only = 1 ]; then
 fi
 
 append="console=ttyS0 panic=-1 rdinit=/init ${RXE_VM_APPEND:-}"
+[ -n "$member" ] && append+=" rxe_vm.nic=1 rxe_vm.ip=$my_ip"
 if [ "$verbose" = 1 ]; then
 	append+=" loglevel=4 rxe_vm.verbose=1"
 elif [ $interactive = 1 ]; then
@@ -247,7 +367,7 @@ if [ $interactive = 1 ]; then exec 5<&0; else exec 5</dev/null; fi
 	-kernel "$kernel" -initrd "$entry/initrd.cpio" -append "$append" \
 	-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
 	-virtfs "local,path=$run,mount_tag=run,security_model=none,multidevs=remap" \
-	"${virtfs[@]}" \
+	"${virtfs[@]}" "${nic[@]}" \
 	"${console[@]}" \
 	-chardev "file,id=out,path=$run/stdout" -serial chardev:out \
 	-chardev "file,id=err,path=$run/stderr" -serial chardev:err \

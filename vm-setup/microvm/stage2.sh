@@ -1,6 +1,6 @@
 #!/bin/bash
 # Guest side of the micro-VM, PID 1 after switch_root: bring up rxe0 on the
-# dummy netdev init made, run the command from /run/rxe-vm/spec.sh with its stdout on
+# netdev init made (rdma0: a dummy, or a pair's NIC), run the command from /run/rxe-vm/spec.sh with its stdout on
 # ttyS1 and stderr on ttyS2 (the host streams both), write its exit code to
 # /run/rxe-vm/rc, power off.
 RUN=/run/rxe-vm
@@ -32,32 +32,84 @@ mark "stage2 started"
 $BB mkdir -p /dev/pts
 $BB mount -t devpts -o gid=5,mode=620 devpts /dev/pts
 $BB ln -sf /proc/self/fd /dev/fd
-echo rxe-vm >/proc/sys/kernel/hostname
-rdma link add rxe0 type rxe netdev rdma0 || fail "rdma link add rxe0 failed"
-mark "rxe0 added"
-ready=$(rxe_wait_ready 10) || fail "rxe0 did not become ACTIVE with a RoCE v2 IPv4 GID"
-$BB chmod 0666 /dev/infiniband/* 2>/dev/null
-read -r dev gid ip netdev <<<"$ready"
-read -r up _ </proc/uptime
-echo "$up" >"$RUN/ready-uptime"
-mark "rxe0 ready"
+# A host of a linked pair (run.sh --pair) is rxe-vm-a or rxe-vm-b.
+echo "rxe-vm${PAIR_HOST:+-${PAIR_HOST,,}}" >/proc/sys/kernel/hostname
+if [ "${NO_RXE:-0}" = 1 ]; then
+	# RXE_VM_NO_RXE=1: rdma0 and the rxe module, but no device: the command
+	# sets one up itself, as on a native host (vm-setup/setup-rxe.sh).
+	dev='' gid='' ip='' netdev=''
+	read -r up _ </proc/uptime
+	echo "$up" >"$RUN/ready-uptime"
+else
+	rdma link add rxe0 type rxe netdev rdma0 || fail "rdma link add rxe0 failed"
+	mark "rxe0 added"
+	ready=$(rxe_wait_ready 10) || fail "rxe0 did not become ACTIVE with a RoCE v2 IPv4 GID"
+	$BB chmod 0666 /dev/infiniband/* 2>/dev/null
+	read -r dev gid ip netdev <<<"$ready"
+	read -r up _ </proc/uptime
+	echo "$up" >"$RUN/ready-uptime"
+	mark "rxe0 ready"
+fi
+# The pair's barrier: both hosts' commands start once both are ready (each
+# says so in the meeting directory both share) and the link carries packets
+# both ways (the other host answers ping).
+if [ -n "${PEER_IP:-}" ]; then
+	if [ "${PAIR_SERVE:-0}" = 1 ]; then
+		mkdir -p "$PAIR_MEET/jobs" && : >"$PAIR_MEET/B.serves"
+		SERVE=1 IDLE=999999999
+	fi
+	: >"$PAIR_MEET/$PAIR_HOST.ready"
+	other=$([ "$PAIR_HOST" = A ] && echo B || echo A)
+	$BB mkfifo /run/rxe-vm-meet
+	exec 8<>/run/rxe-vm-meet
+	n=0
+	until [ -e "$PAIR_MEET/$other.ready" ]; do
+		n=$((n + 1))
+		[ $n -lt $((${PEER_WAIT:-60} * 10)) ] || fail "host $PAIR_HOST: host $other was not ready within ${PEER_WAIT:-60} s"
+		read -r -t 0.1 -u 8
+	done
+	n=0
+	until $BB ping -c 1 -W 1 "$PEER_IP" >/dev/null 2>&1; do
+		n=$((n + 1))
+		[ $n -lt 10 ] || fail "host $PAIR_HOST: no answer from host $other ($PEER_IP) over the link within 10 s ($(ip -br addr show dev rdma0 2>&1))"
+	done
+	exec 8<&-
+	mark "peer $PEER_IP answers"
+fi
 
 # The host's environment, then what the course promises every command.
 . "$RUN/env.sh"
-export RDMA_BACKEND=vm RDMA_DEVICE=$dev RDMA_GID_INDEX=$gid RDMA_IP=$ip RDMA_NETDEV=$netdev
+if [ "${NO_RXE:-0}" = 1 ]; then
+	rdma_env='unset RDMA_BACKEND RDMA_DEVICE RDMA_GID_INDEX RDMA_IP RDMA_NETDEV'
+else
+	rdma_env="export RDMA_BACKEND=vm RDMA_DEVICE=$dev RDMA_GID_INDEX=$gid RDMA_IP=$ip RDMA_NETDEV=$netdev"
+fi
+[ -n "${PEER_IP:-}" ] && rdma_env+="; export RDMA_PEER_IP=$PEER_IP RDMA_HOST=$PAIR_HOST"
+# B serves A (with-rxe --pair CMD_A ''): A's root hands B commands as jobs
+# in the meeting directory (grader/remote.py), which A's sandboxed programs
+# see read-only.
+[ "$PAIR_HOST" = A ] && [ -e "$PAIR_MEET/B.serves" ] &&
+	rdma_env+="; export RDMA_PEER_JOBS=$PAIR_MEET/jobs"
+eval "$rdma_env"
 cd "$CWD" || fail "cannot cd to $CWD"
 
 # A warm VM (run.sh --up) serves commands from $RUN/jobs/ID/ (warm.sh is the
-# other side): spec.sh and env.sh, then "go"; it writes stdout, stderr and,
-# last, rc. "kill" in the job directory ends the command's session. Between
-# commands nothing of the last one is left: its session is killed, the
-# sandbox's user has no process and no file in /tmp.
+# other side), host B of a serving pair from $PAIR_MEET/jobs/ID/ (A's
+# grader/remote.py): spec.sh and env.sh, then "go"; it writes stdout, stderr
+# and, last, rc. "kill" in the job directory ends the command's session, and
+# so does a "lease" file its client stopped touching for 3 s (a client killed
+# with SIGKILL). Between commands nothing of the last one is left: its
+# session is killed, the sandbox's user has no process and no file in /tmp.
+JOBS=$RUN/jobs
+[ "${PAIR_SERVE:-0}" = 1 ] && JOBS=$PAIR_MEET/jobs
 serve_job() {
 	local j=$1 pid rc watcher
 	: >"$j/started"
-	setsid bash -c '. "$1/env.sh"; . "$1/spec.sh"
-		export RDMA_BACKEND=vm RDMA_DEVICE='"$dev"' RDMA_GID_INDEX='"$gid"' RDMA_IP='"$ip"' RDMA_NETDEV='"$netdev"'
-		cd "$CWD" && exec "${CMD[@]}"' job "$j" </dev/null >"$j/stdout" 2>"$j/stderr" &
+	# A pair's host B tells the command its job directory (RXE_JOB_DIR):
+	# the reference peer asks host A's kernel questions through it.
+	setsid bash -c '. "$1/env.sh"; . "$1/spec.sh"; eval "$2"
+		[ "$3" = 1 ] && export RXE_JOB_DIR=$1
+		cd "$CWD" && exec "${CMD[@]}"' job "$j" "$rdma_env" "${PAIR_SERVE:-0}" </dev/null >"$j/stdout" 2>"$j/stderr" &
 	pid=$!
 	# A watcher keeps the heartbeat and obeys "kill"; the command's end is
 	# seen at once by wait.
@@ -66,6 +118,10 @@ serve_job() {
 		while kill -0 "$pid" 2>/dev/null; do
 			[ -e "$j/kill" ] && kill -9 -- "-$pid" 2>/dev/null
 			[ $((n % 10)) = 0 ] && : >"$RUN/heartbeat"
+			if [ $((n % 30)) = 29 ] && [ -e "$j/lease" ]; then
+				[ "$j/lease" -nt "$j/lease.seen" ] || kill -9 -- "-$pid" 2>/dev/null
+				: >"$j/lease.seen"
+			fi
 			n=$((n + 1))
 			read -r -t 0.1 -u 7
 		done
@@ -86,7 +142,7 @@ serve_job() {
 }
 if [ "${SERVE:-0}" = 1 ]; then
 	cd /
-	mkdir -p "$RUN/jobs"
+	mkdir -p "$JOBS"
 	# Sleeping is bash's read -t on a FIFO nobody writes: no process per
 	# tick (under TCG an idle loop of forks costs the host half a core).
 	$BB mkfifo /run/rxe-vm-tick
@@ -95,7 +151,7 @@ if [ "${SERVE:-0}" = 1 ]; then
 	: >"$RUN/ready"
 	idle=0 tick=0
 	while [ $idle -lt $((IDLE * 10)) ]; do
-		for go in "$RUN"/jobs/*/go; do
+		for go in "$JOBS"/*/go; do
 			[ -e "$go" ] || continue
 			rm -f "$go"
 			serve_job "${go%/go}"
@@ -112,7 +168,18 @@ fi
 if [ "$INTERACTIVE" = 1 ]; then
 	$BB stty -F /dev/ttyS0 sane
 	echo "rxe-vm: $RDMA_DEVICE is ACTIVE, GID index $RDMA_GID_INDEX, IP $RDMA_IP. Leave with 'exit'."
-	setsid -c bash -i <>/dev/ttyS0 >&0 2>&0
+	rc_opt=()
+	if [ -n "${RDMA_PEER_JOBS:-}" ]; then
+		# make vm-shell HOSTS=2: this is host A; 'b CMD' runs CMD on host B.
+		rc_opt=(--rcfile /run/rxe-vm-bashrc)
+		cat >/run/rxe-vm-bashrc <<-RC
+			[ -f ~/.bashrc ] && . ~/.bashrc
+			b() { python3 "$COURSE_DIR/grader/remote.py" "\$RDMA_PEER_JOBS" -- bash -c "\$*" 2>&1 | sed -u 's/^/B| /'; }
+		RC
+		echo "rxe-vm: host A ($RDMA_IP) of two; host B is $RDMA_PEER_IP. 'b CMD' runs CMD on B, for example:"
+		echo "rxe-vm:   b 'ibv_rc_pingpong -g \$RDMA_GID_INDEX' &  sleep 2; ibv_rc_pingpong -g \$RDMA_GID_INDEX \$RDMA_PEER_IP"
+	fi
+	setsid -c bash "${rc_opt[@]}" -i <>/dev/ttyS0 >&0 2>&0
 	rc=$?
 else
 	"${CMD[@]}" </dev/null >/dev/ttyS1 2>/dev/ttyS2
