@@ -87,36 +87,52 @@ static int is_fatal(enum ibv_event_type type)
 }
 
 /*
- * async_loop - the async event thread. Until ctx->stop is set: wait (in
- * poll(), at most SLICE_MS at a time, so that it notices ctx->stop) until
- * the context's async_fd is readable, read one event with
- * ibv_get_async_event(), print it to stderr as
+ * read_async_event - wait at most @ms milliseconds (poll() on @pfd, the
+ * context's async_fd, which main() made non-blocking) for an asynchronous
+ * event; read it with ibv_get_async_event(), print it to stderr as
  *   async event: IBV_EVENT_NAME (ibv_event_type_str)
- * set ctx->fatal when is_fatal() says so, and acknowledge it with
- * ibv_ack_async_event() (an event not acknowledged keeps ibv_destroy_qp()
- * and the like waiting for ever). main() made async_fd non-blocking.
+ * (course_event_name() has the names), set ctx->fatal when is_fatal() says
+ * so, and acknowledge it with ibv_ack_async_event() - an event not
+ * acknowledged keeps ibv_destroy_qp() and the like waiting for ever.
+ * Returns 1 when it read one, 0 when none came, -1 when it cannot work.
+ */
+static int read_async_event(struct ev_ctx *ctx, struct pollfd *pfd, int ms)
+{
+	struct ibv_async_event ev;
+
+	/* TODO 5: as the comment above says. */
+	if (poll(pfd, 1, ms) <= 0)
+		return 0;
+	if (ibv_get_async_event(ctx->rc->context, &ev))
+		return 0; /* EAGAIN: nothing after all */
+	fprintf(stderr, "async event: %s (%s)\n",
+		course_event_name(ev.event_type),
+		ibv_event_type_str(ev.event_type));
+	if (is_fatal(ev.event_type))
+		atomic_store(&ctx->fatal, 1);
+	ibv_ack_async_event(&ev);
+	return 1;
+	/* END TODO 5 */
+}
+
+/*
+ * The async event thread: events until close_ctx() sets ctx->stop (it
+ * looks every SLICE_MS), then those still queued, before close_ctx()
+ * destroys what they name.
  */
 static void *async_loop(void *arg)
 {
 	struct ev_ctx *ctx = arg;
-	struct ibv_context *context = ctx->rc->context;
-	struct pollfd pfd = { .fd = context->async_fd, .events = POLLIN };
-	struct ibv_async_event ev;
+	struct pollfd pfd = {
+		.fd = ctx->rc->context->async_fd,
+		.events = POLLIN,
+	};
 
-	while (!atomic_load(&ctx->stop)) {
-		/* TODO 5: one turn of the loop, as the comment above says. */
-		if (poll(&pfd, 1, SLICE_MS) <= 0)
-			continue;
-		if (ibv_get_async_event(context, &ev))
-			continue; /* EAGAIN: nothing after all */
-		fprintf(stderr, "async event: %s (%s)\n",
-			course_event_name(ev.event_type),
-			ibv_event_type_str(ev.event_type));
-		if (is_fatal(ev.event_type))
-			atomic_store(&ctx->fatal, 1);
-		ibv_ack_async_event(&ev);
-		/* END TODO 5 */
-	}
+	while (!atomic_load(&ctx->stop))
+		if (read_async_event(ctx, &pfd, SLICE_MS) < 0)
+			return NULL;
+	while (read_async_event(ctx, &pfd, 0) > 0)
+		;
 	return NULL;
 }
 
