@@ -15,8 +15,14 @@
  *   post_send qpn=Q opcode=O len=N
  *   poll_cq wc opcode=O status=S len=N
  *   query_qp qpn=Q state=S
+ *   req_notify_cq solicited=S rc=R
+ *   get_cq_event rc=R
  *
  * $VERBS_SPY_PAYLOAD and $VERBS_SPY_STOP_AT_RTS: see post_send, query_qp.
+ * $VERBS_SPY_NOTIFY_DELAY_US=N makes ibv_req_notify_cq() sleep N us before
+ * it arms the CQ: a completion that arrives meanwhile raises no event, so
+ * a program that does not poll again after arming waits for ever (the lost
+ * wakeup of lesson 10).
  *
  * $VERBS_SPY_NODE_GUID=HEX makes ibv_get_device_guid() and
  * ibv_query_device() return that node GUID:
@@ -251,6 +257,31 @@ static int spy_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	return got;
 }
 
+static int (*real_req_notify_cq)(struct ibv_cq *, int);
+
+static int spy_req_notify_cq(struct ibv_cq *cq, int solicited)
+{
+	const char *delay = getenv("VERBS_SPY_NOTIFY_DELAY_US");
+	int rc;
+
+	if (delay)
+		usleep(atoi(delay));
+	rc = real_req_notify_cq(cq, solicited);
+	record("req_notify_cq solicited=%d rc=%d\n", solicited, rc);
+	return rc;
+}
+
+int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
+		     void **cq_context)
+{
+	int rc;
+
+	REAL(ibv_get_cq_event);
+	rc = real(channel, cq, cq_context);
+	record("get_cq_event rc=%d\n", rc);
+	return rc;
+}
+
 struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct ibv_context *ctx;
@@ -260,8 +291,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	if (ctx) {
 		real_post_send = ctx->ops.post_send;
 		real_poll_cq = ctx->ops.poll_cq;
+		real_req_notify_cq = ctx->ops.req_notify_cq;
 		ctx->ops.post_send = spy_post_send;
 		ctx->ops.poll_cq = spy_poll_cq;
+		ctx->ops.req_notify_cq = spy_req_notify_cq;
 		record("open_device %s\n", ibv_get_device_name(device));
 	}
 	return ctx;

@@ -133,7 +133,8 @@ def test_skeleton_does_not_reach_full_marks(lesson, skeletons_grade):
 
 # What a lesson may choose about its QP (struct rc_params): everything else
 # rc.c sets must be what lesson 05's solution sets.
-RC_PARAMS = {"qp_access_flags", "max_rd_atomic", "max_dest_rd_atomic"}
+RC_PARAMS = {"qp_access_flags", "max_rd_atomic", "max_dest_rd_atomic",
+             "rnr_retry"}
 
 
 def _strip_comments(text):

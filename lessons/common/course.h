@@ -175,6 +175,13 @@ void course_report_wc(const char *what, const struct ibv_wc *wc);
 int course_wait_wc(struct ibv_cq *cq, struct ibv_wc *wc, int timeout,
 		   int oob_fd, const char *what);
 
+/*
+ * The enumerator's name of an asynchronous event ("IBV_EVENT_PORT_ERR"),
+ * as written in <infiniband/verbs.h>; ibv_event_type_str() gives the
+ * words ("port error"). "IBV_EVENT_?" for a value the header lacks.
+ */
+const char *course_event_name(enum ibv_event_type type);
+
 /* ---- the skeletons' placeholder ------------------------------------------ */
 
 /*

@@ -58,11 +58,22 @@ struct rc_ctx *rc_open(const struct course_opts *o, const struct rc_params *p)
 		goto out_close_device;
 	}
 
-	rc->cq = ibv_create_cq(rc->context, p->max_send_wr + p->max_recv_wr,
-			       NULL, NULL, 0);
+	if (p->comp_channel) {
+		rc->channel = ibv_create_comp_channel(rc->context);
+		if (!rc->channel) {
+			fprintf(stderr, "ibv_create_comp_channel failed: %s\n",
+				strerror(errno));
+			goto out_dealloc_pd;
+		}
+	}
+
+	rc->cq = ibv_create_cq(rc->context,
+			       p->cq_size ? p->cq_size
+					  : p->max_send_wr + p->max_recv_wr,
+			       NULL, rc->channel, 0);
 	if (!rc->cq) {
 		fprintf(stderr, "ibv_create_cq failed: %s\n", strerror(errno));
-		goto out_dealloc_pd;
+		goto out_destroy_channel;
 	}
 
 	init_attr.send_cq = rc->cq;
@@ -91,6 +102,9 @@ out_destroy_qp:
 	ibv_destroy_qp(rc->qp);
 out_destroy_cq:
 	ibv_destroy_cq(rc->cq);
+out_destroy_channel:
+	if (rc->channel)
+		ibv_destroy_comp_channel(rc->channel);
 out_dealloc_pd:
 	ibv_dealloc_pd(rc->pd);
 out_close_device:
@@ -150,7 +164,8 @@ static int rtr_rts(struct rc_ctx *rc, const struct qp_info *mine,
 		.sq_psn = mine->psn,
 		.timeout = COURSE_QP_TIMEOUT,
 		.retry_cnt = COURSE_QP_RETRY_CNT,
-		.rnr_retry = COURSE_QP_RNR_RETRY,
+		.rnr_retry = rc->params.rnr_retry ? rc->params.rnr_retry & 7
+						  : COURSE_QP_RNR_RETRY,
 		.max_rd_atomic = rc->params.max_rd_atomic,
 	};
 	int ret;
@@ -215,6 +230,17 @@ int rc_connect(struct rc_ctx *rc, const struct course_opts *o,
 	return 0;
 }
 
+int rc_connect_pair(struct rc_ctx *a, struct rc_ctx *b)
+{
+	struct qp_info ia = {}, ib = {};
+
+	if (fill_qp_info(a, &ia) || fill_qp_info(b, &ib))
+		return -1;
+	if (rtr_rts(a, &ia, &ib) || rtr_rts(b, &ib, &ia))
+		return -1;
+	return 0;
+}
+
 int rc_wait_wc(struct rc_ctx *rc, struct ibv_wc *wc, const char *what)
 {
 	return course_wait_wc(rc->cq, wc, rc->timeout, rc->oob_fd, what);
@@ -232,6 +258,10 @@ int rc_close(struct rc_ctx *rc)
 	}
 	if (ibv_destroy_cq(rc->cq)) {
 		fprintf(stderr, "ibv_destroy_cq failed\n");
+		ret = -1;
+	}
+	if (rc->channel && ibv_destroy_comp_channel(rc->channel)) {
+		fprintf(stderr, "ibv_destroy_comp_channel failed\n");
 		ret = -1;
 	}
 	if (ibv_dealloc_pd(rc->pd)) {

@@ -25,20 +25,32 @@
  *   max_dest_rd_atomic  (RTR) READs from the peer it serves at once
  *   max_send_wr         send queue depth (the CQ holds both queues)
  *   max_recv_wr         receive queue depth
+ * and, left 0, what every lesson has (lessons 09 and 10 vary them):
+ *   cq_size             CQ entries; 0: max_send_wr + max_recv_wr
+ *   rnr_retry           (RTS) resends after an RNR NAK; 0:
+ *                       COURSE_QP_RNR_RETRY, RC_RNR_RETRY(n): n (0-7)
+ *   comp_channel        1: create a completion channel (rc->channel) and
+ *                       the CQ on it, for ibv_req_notify_cq()
  */
+#define RC_RNR_RETRY(n) (0x100 | (n))
+
 struct rc_params {
 	unsigned int access;
 	uint8_t max_rd_atomic;
 	uint8_t max_dest_rd_atomic;
 	uint32_t max_send_wr;
 	uint32_t max_recv_wr;
+	uint32_t cq_size;
+	int rnr_retry;
+	int comp_channel;
 };
 
 /* One RC connection: every verbs object and the TCP side channel. */
 struct rc_ctx {
 	struct ibv_context *context;
 	struct ibv_pd *pd;
-	struct ibv_cq *cq; /* for both queues */
+	struct ibv_comp_channel *channel; /* NULL unless params.comp_channel */
+	struct ibv_cq *cq;		  /* for both queues */
 	struct ibv_qp *qp;
 	struct rc_params params;
 	int ib_port;
@@ -66,12 +78,23 @@ int rc_connect(struct rc_ctx *rc, const struct course_opts *o,
 	       struct qp_info *mine, struct qp_info *theirs);
 
 /*
+ * Connect two QPs of one process to each other (lessons 03 and 09 do this
+ * with one device and port): fill both QPs' addresses, move each to RTR
+ * towards the other and to RTS, as rc_connect() does, but without TCP and
+ * without printing. Returns 0, or -1 (message printed).
+ */
+int rc_connect_pair(struct rc_ctx *a, struct rc_ctx *b);
+
+/*
  * Wait for one successful completion (course_wait_wc() with the peer-gone
  * report). Returns 0 with *wc filled, or -1 (message printed).
  */
 int rc_wait_wc(struct rc_ctx *rc, struct ibv_wc *wc, const char *what);
 
-/* Destroy what rc_open() created and close the TCP connection. 0 or -1. */
+/*
+ * Destroy what rc_open() created (the completion channel too) and close
+ * the TCP connection. 0 or -1.
+ */
 int rc_close(struct rc_ctx *rc);
 
 #endif /* RDMA_COURSE_RC_H */
