@@ -8,8 +8,8 @@ the program's QPs and MRs (`rdma -j resource show qp|mr`), then lets it
 finish and reads the rxe hw counters' deltas.
 
 What each line must say is what rxe really does (measured in the micro-VM,
-Debian 6.1 kernel; lessons/09-failures/README.md, "Answer key", explains
-each). The grader keeps that key only as hashes (KEY), so that reading this
+Debian 6.1 kernel; solutions/09-failures/ANSWERS.md, the answer key,
+explains each). The grader keeps that key only as hashes (KEY), so that reading this
 file does not answer the predictions. The evidence is gathered afresh at
 every grading, not taken from the line:
 
@@ -203,9 +203,9 @@ def _check_key(run_):
     if _digest(run_.exp, outcome) != KEY[run_.exp]:
         raise GradeFailure(
             f"{run_.exp}: the program printed\n  {run_.exp}: {outcome}\n"
-            f"which is not what rxe does in this experiment (the README's "
-            f"'Answer key' explains it, once you have made your "
-            f"prediction)\nreproduce: {run_.cmd}\n{run_.res.describe()}")
+            f"which is not what rxe does in this experiment (the answer "
+            f"key, published after the deadline, explains it)\n"
+            f"reproduce: {run_.cmd}\n{run_.res.describe()}")
     return outcome
 
 
@@ -400,7 +400,7 @@ def test_status_names(lab):
     if seen < 4:
         raise GradeFailure(f"only {seen} experiments reported a completion "
                            f"('completion on A: IBV_WC_...'); rxe gives one "
-                           f"in more of them (the README's answer key)")
+                           f"in more of them")
 
 
 @points(1, "--list names the experiments; a bad one is refused")
@@ -435,7 +435,7 @@ def _score_predictions(build, exps):
             f"what rxe does:\n" + "\n".join(wrong)
             + "\n(a prediction is the experiment's line before the "
             "parenthesis, e.g. 'completion on A: IBV_WC_LOC_LEN_ERR'; run "
-            "the experiments, then read the README's answer key)")
+            "the experiments, then compare your predictions with their lines)")
 
 
 @points(2, "predictions: local errors (dereg-mr, sge-past-mr, post-before-rts, num-sge)")
