@@ -66,6 +66,14 @@ int rc_connect(struct rc_ctx *rc, const struct course_opts *o,
 	       struct qp_info *mine, struct qp_info *theirs);
 
 /*
+ * rc_connect() on a TCP connection the caller made (a server of several
+ * clients accepts each with course_oob_accept_on()): from the exchange on,
+ * the same steps. @fd belongs to @rc from then on (rc_close() closes it).
+ */
+int rc_connect_fd(struct rc_ctx *rc, int fd, struct qp_info *mine,
+		  struct qp_info *theirs);
+
+/*
  * Wait for one successful completion (course_wait_wc() with the peer-gone
  * report). Returns 0 with *wc filled, or -1 (message printed).
  */
