@@ -92,7 +92,8 @@ plot:
 	@test -x $(call lesson_dir,$(LESSON))/plot.sh || \
 		{ echo "lesson $(LESSON) has nothing to plot"; exit 2; }
 	@$(MAKE) -s --no-print-directory build LESSON=$(LESSON) SRC=$(SRC)
-	@$(WITH_RXE) $(call lesson_dir,$(LESSON))/plot.sh \
+	@$(if $(filter 11,$(LESSON)),RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2}) \
+		$(WITH_RXE) $(call lesson_dir,$(LESSON))/plot.sh \
 		$(call build_out,$(LESSON)) build/plots
 
 bench-vm:

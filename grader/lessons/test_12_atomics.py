@@ -54,20 +54,21 @@ def clients_vs_ref_server(build, rdma, nclients, iters):
                 for _ in range(nclients)]
             pids = [p.proc.pid for p in procs]
             results = [p.wait() for p in procs]
-        v = verdict(ref, timeout=15 if all(r.returncode == 0
-                                            for r in results) else 3,
-                    other=results[0])
+        # A failed client fails the tests by itself (its Result comes
+        # first); the reference server would only wait for it.
+        v = (verdict(ref, timeout=15) if all(r.returncode == 0
+                                             for r in results) else None)
     return results, pids, v, start
 
 
 @pytest.fixture(scope="module")
 def ref2(build, rdma):
-    return clients_vs_ref_server(build, rdma, 2, rand_between(30, 60))
+    return clients_vs_ref_server(build, rdma, 2, rand_between(15, 30))
 
 
 @pytest.fixture(scope="module")
 def ref4(build, rdma):
-    return clients_vs_ref_server(build, rdma, 4, rand_between(20, 40))
+    return clients_vs_ref_server(build, rdma, 4, rand_between(10, 20))
 
 
 def check_region(run, n):
@@ -108,10 +109,11 @@ def test_ref_server_4_clients(ref4):
 @points(3, "the old value a fetch-and-add returns is read in host order")
 def test_old_values(ref2):
     results, pids, v, start = ref2
+    for i, res in enumerate(results):
+        res.ok(f"client {i + 1} against the reference server")
     expect_peer_ok(v, "2 clients against the reference server")
     top = v["expected"]
     for i, res in enumerate(results):
-        res.ok(f"client {i + 1} against the reference server")
         m = expect_match(res.stdout, OLD.pattern, "client stdout")
         first, last = int(m.group(2)), int(m.group(3))
         if not start <= first <= last < top:
@@ -124,7 +126,7 @@ def test_old_values(ref2):
 
 @points(4, "the program's server and 2 clients: counter and log check out")
 def test_pair(build, rdma):
-    iters = rand_between(20, 40)
+    iters = rand_between(15, 30)
     start = rand_between(0, 1 << 32)
     with build.start(PROG, "--port", "0", "-c", "2", "-n", iters, "--start",
                      start, "-t", T) as server:
@@ -149,7 +151,7 @@ def test_pair(build, rdma):
 
 @points(4, "reference clients, one an increment short: the server notices")
 def test_server_checks_counter(build, rdma):
-    iters = rand_between(10, 20)
+    iters = rand_between(4, 8)
     start = rand_between(0, 1 << 32)
     with build.start(PROG, "--port", "0", "-c", "2", "-n", iters, "--start",
                      start, "-t", T) as server:

@@ -25,7 +25,8 @@ cpus=$(nproc)
 echo "bench-latency: $size-byte messages, $iters round trips each, $cpus CPU(s), device ${RDMA_DEVICE:-?}"
 [ "$cpus" -ge 2 ] || echo "note: 1 CPU - two busy-polling processes take turns at the scheduler's pace: the numbers measure the scheduler, not the transport"
 
-perf=$(perftest_lat ib_send_lat "$size" "$iters") || exit 1
+perftest_lat ib_send_lat "$size" "$iters" >"$tmp/perf" || exit 1
+perf=$(cat "$tmp/perf")
 rdma=$(lat_pair "$prog" rdma "$size" "$iters" "$tmp/rdma.csv") || exit 1
 udp=$(lat_pair "$prog" udp "$size" "$iters" "$tmp/udp.csv") || exit 1
 
@@ -34,6 +35,7 @@ rdma50=$(field "$rdma" p50)
 udp50=$(field "$udp" p50)
 echo "  $rdma"
 echo "  $udp"
+echo "  ib_send_lat: ${PERFTEST_INLINE:-(no inline line)}"
 awk -v t="$typical" -v r="$rdma50" -v u="$udp50" 'BEGIN {
 	ratio = r / (2 * t)
 	printf "  ib_send_lat t_typical %.2f us one way -> %.2f us round trip\n", t, 2 * t

@@ -4,6 +4,7 @@
 #
 #   lat_pair PROG TRANSPORT SIZE ITERS CSV   -> the client's summary line
 #   perftest_lat PROG SIZE ITERS             -> "TYPICAL P99" (us, one way)
+#                                               (and $PERFTEST_INLINE set)
 #
 # Every wait is bounded (LAT_TIMEOUT seconds, default 120); a failure
 # prints the other side's output and returns 1.
@@ -63,9 +64,14 @@ perftest_lat() {
 	fi
 	# The row under the header: bytes iterations t_min t_max t_typical
 	# t_avg t_stdev 99% 99.9%.
-	row=$(timeout "$LAT_TIMEOUT" "$prog" -d "$RDMA_DEVICE" -x "$RDMA_GID_INDEX" \
-		-p "$port" -s "$size" -n "$iters" "$RDMA_IP" 2>&1 |
-		awk -v s="$size" '$1 == s && NF >= 8 { print $5, $8 }')
+	timeout "$LAT_TIMEOUT" "$prog" -d "$RDMA_DEVICE" -x "$RDMA_GID_INDEX" \
+		-p "$port" -s "$size" -n "$iters" "$RDMA_IP" >"$out.client" 2>&1
+	row=$(awk -v s="$size" '$1 == s && NF >= 8 { print $5, $8 }' "$out.client")
+	# what perftest says about inline sends ("Inline data is used up to N
+	# bytes message"), for whoever compares
+	# shellcheck disable=SC2034 # read by bench.sh
+	PERFTEST_INLINE=$(grep -m1 -o 'Inline data is used up to [0-9]* bytes' "$out.client" || true)
+	rm -f "$out.client"
 	wait "$server"
 	rm -f "$out"
 	[ -n "$row" ] || { echo "measure.sh: $prog -s $size printed no result" >&2; return 1; }

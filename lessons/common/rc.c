@@ -23,6 +23,7 @@ struct rc_ctx *rc_open(const struct course_opts *o, const struct rc_params *p)
 			.max_recv_wr = p->max_recv_wr,
 			.max_send_sge = 1,
 			.max_recv_sge = 1,
+			.max_inline_data = p->max_inline_data,
 		},
 	};
 	struct ibv_qp_attr attr = {

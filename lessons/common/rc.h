@@ -25,6 +25,8 @@
  *   max_dest_rd_atomic  (RTR) READs from the peer it serves at once
  *   max_send_wr         send queue depth (the CQ holds both queues)
  *   max_recv_wr         receive queue depth
+ *   max_inline_data     bytes a SEND may carry inline (IBV_SEND_INLINE);
+ *                       0 (the default): none
  */
 struct rc_params {
 	unsigned int access;
@@ -32,6 +34,7 @@ struct rc_params {
 	uint8_t max_dest_rd_atomic;
 	uint32_t max_send_wr;
 	uint32_t max_recv_wr;
+	uint32_t max_inline_data;
 };
 
 /* One RC connection: every verbs object and the TCP side channel. */

@@ -409,19 +409,23 @@ static int run_server(struct at_ctx *ctx, const struct course_opts *o,
 		return -1;
 	ctx->buf[OFF_COUNTER / 8] = start;
 
+	/* Everything is ready before the readiness line: a client that
+	 * connects is served at once. */
+	for (k = 0; k < ctx->nrc; k++) {
+		ctx->rc[k] = rc_open(o, &params);
+		if (!ctx->rc[k])
+			return -1;
+		if (k == 0 && check_atomic_cap(ctx->rc[0]))
+			return -1;
+		if (register_shared(ctx, k))
+			return -1;
+	}
 	lfd = course_oob_listen(o->port);
 	if (lfd < 0)
 		return -1;
 	for (k = 0; k < ctx->nrc; k++) {
 		int fd;
 
-		ctx->rc[k] = rc_open(o, &params);
-		if (!ctx->rc[k])
-			goto out_close_listener;
-		if (k == 0 && check_atomic_cap(ctx->rc[0]))
-			goto out_close_listener;
-		if (register_shared(ctx, k))
-			goto out_close_listener;
 		mine = (struct qp_info){
 			.addr = (uintptr_t)ctx->buf,
 			.rkey = ctx->mr[k]->rkey,
