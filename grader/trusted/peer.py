@@ -53,16 +53,22 @@ WRID_SEND, WRID_RECV = 0, 1
 
 def kernel_qp(qpn):
     """What `rdma -j resource show qp` says about local QP `qpn`."""
+    return kernel_qps([qpn])[qpn]
+
+
+def kernel_qps(qpns):
+    """kernel_qp() for several QPs, from one `rdma` run: {qpn: ...}."""
+    found = dict.fromkeys(qpns)
     try:
         out = subprocess.run(["rdma", "-j", "resource", "show", "qp"],
                              capture_output=True, text=True, timeout=10).stdout
         for q in json.loads(out or "[]"):
-            if q.get("lqpn") == qpn:
-                return {k: q.get(k) for k in ("lqpn", "pid", "comm", "state",
-                                              "type", "ifname")}
+            if q.get("lqpn") in found:
+                found[q["lqpn"]] = {k: q.get(k) for k in (
+                    "lqpn", "pid", "comm", "state", "type", "ifname")}
     except (OSError, ValueError, subprocess.TimeoutExpired) as err:
-        return {"error": str(err)}
-    return None
+        return {qpn: {"error": str(err)} for qpn in qpns}
+    return found
 
 
 class Session:
@@ -311,10 +317,13 @@ class Session:
                 sock = oob.accept_one(self.lsock, a.timeout)
                 socks.append(sock)
                 theirs = oob.exchange(sock, res.advertise())
-                r["clients"].append({"qpn": theirs.qpn,
-                                     "remote_qp": kernel_qp(theirs.qpn)})
+                r["clients"].append({"qpn": theirs.qpn})
                 res.connect(theirs)
                 oob.sync(sock, b"R")
+            # who owns the QPs, asked once while all of them are alive
+            owners = kernel_qps([c["qpn"] for c in r["clients"]])
+            for c in r["clients"]:
+                c["remote_qp"] = owners[c["qpn"]]
             for sock in socks:
                 oob.sync(sock, b"G")
             for sock in socks:
