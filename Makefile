@@ -18,7 +18,9 @@
 #                        on host A of two linked VMs ('b CMD' runs CMD on host B)
 #   make vm-up           keep a warm micro-VM: later grading starts at once
 #   make vm-down         stop it (it also stops after 15 idle minutes)
-#   make plot LESSON=02  draw a lesson's measurements to a PNG
+#   make plot LESSON=02  draw a lesson's measurements to a PNG (02, 11)
+#   make bench-latency   lesson 11's reference RDMA p50 against ib_send_lat x 2
+#                        (ratio, target <= 1.3) and the UDP p50, in one run
 #   make bench-vm        micro-VM boot-to-ready time and with-rxe overhead
 #   make bench-grade     wall time of grading all solutions and of make test
 #   make deps            install the Debian packages the course needs (root)
@@ -41,7 +43,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade deps clean
+.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-latency deps clean
 
 comma := ,
 grade:
@@ -95,7 +97,8 @@ plot:
 	@test -x $(call lesson_dir,$(LESSON))/plot.sh || \
 		{ echo "lesson $(LESSON) has nothing to plot"; exit 2; }
 	@$(MAKE) -s --no-print-directory build LESSON=$(LESSON) SRC=$(SRC)
-	@$(WITH_RXE) $(call lesson_dir,$(LESSON))/plot.sh \
+	@$(if $(filter 11,$(LESSON)),RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2}) \
+		$(WITH_RXE) $(call lesson_dir,$(LESSON))/plot.sh \
 		$(call build_out,$(LESSON)) build/plots
 
 bench-vm:
@@ -103,6 +106,13 @@ bench-vm:
 
 bench-grade:
 	@grader/bench-grade.sh
+
+# Two busy-polling processes need a CPU each: the guest gets 2 vCPUs
+# (RXE_VM_SMP_BENCH=N for another count; with 1 the scheduler sets the pace).
+bench-latency:
+	@$(MAKE) -s --no-print-directory build LESSON=11 SRC=solutions
+	@RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2} $(WITH_RXE) lessons/11-latency/bench.sh \
+		build/solutions/$(notdir $(call lesson_dir,11))
 
 deps:
 	@vm-setup/install-deps.sh

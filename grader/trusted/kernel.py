@@ -11,24 +11,26 @@ import time
 from pathlib import Path
 
 
-def kernel_qps():
-    """{lqpn: {lqpn, pid, comm, state, type, ifname}} for every QP of this
-    host, or {"error": why}."""
+def kernel_qps(qpns):
+    """What `rdma -j resource show qp` says about each local QP in `qpns`,
+    from one `rdma` run: {qpn: {lqpn, pid, comm, state, type, ifname} or
+    None (no such QP), or {"error": why}}."""
+    found = dict.fromkeys(qpns)
     try:
         out = subprocess.run(["rdma", "-j", "resource", "show", "qp"],
                              capture_output=True, text=True, timeout=10).stdout
-        return {q.get("lqpn"): {k: q.get(k) for k in ("lqpn", "pid", "comm",
-                                                      "state", "type", "ifname")}
-                for q in json.loads(out or "[]")}
+        for q in json.loads(out or "[]"):
+            if q.get("lqpn") in found:
+                found[q["lqpn"]] = {k: q.get(k) for k in (
+                    "lqpn", "pid", "comm", "state", "type", "ifname")}
     except (OSError, ValueError, subprocess.TimeoutExpired) as err:
-        return {"error": str(err)}
+        return {qpn: {"error": str(err)} for qpn in qpns}
+    return found
 
 
 def kernel_qp(qpn):
-    """What `rdma -j resource show qp` says about local QP `qpn` (None: no
-    such QP)."""
-    qps = kernel_qps()
-    return {"error": qps["error"]} if "error" in qps else qps.get(qpn)
+    """kernel_qps() for one QP."""
+    return kernel_qps([qpn])[qpn]
 
 
 def program_qp(qpn):
@@ -50,6 +52,13 @@ def program_qp(qpn):
             return json.loads(path.read_text())
         time.sleep(0.02)
     return {"error": "host A did not answer the peer's QP question in 15 s"}
+
+
+def program_qps(qpns):
+    """program_qp() for several QPs: one `rdma` run on the same host."""
+    if not os.environ.get("RXE_JOB_DIR"):
+        return kernel_qps(qpns)
+    return {qpn: program_qp(qpn) for qpn in qpns}
 
 
 _asked = 0

@@ -49,6 +49,18 @@ def accept(lsock, timeout):
     return sock
 
 
+def accept_one(lsock, timeout):
+    """One client of a server of several (lesson 12): the listener stays
+    open."""
+    lsock.settimeout(timeout)
+    try:
+        sock = lsock.accept()[0]
+    except socket.timeout:
+        raise PeerGone(f"no client connected within {timeout} s") from None
+    sock.settimeout(timeout)
+    return sock
+
+
 def connect(host, port, timeout):
     deadline = time.monotonic() + timeout
     while True:

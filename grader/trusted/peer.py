@@ -43,10 +43,10 @@ import pyverbs.cm_enums as ce                                   # noqa: E402
 import pyverbs.enums as e                                       # noqa: E402
 
 from grader.trusted import oob, patterns                        # noqa: E402
-from grader.trusted.kernel import program_qp                    # noqa: E402
+from grader.trusted.kernel import program_qp, program_qps       # noqa: E402
 from grader.trusted.oob import PeerGone                         # noqa: E402
 from grader.trusted.verbs import (WC_STATUS, RcResources,       # noqa: E402
-                                  WcError)
+                                  SharedRc, WcError)
 
 WRID_SEND, WRID_RECV = 0, 1
 
@@ -65,7 +65,11 @@ class Session:
 
     def open_channel(self):
         a = self.args
-        if a.role == "server":
+        if a.lesson == "12" and a.role == "server":
+            # several clients: the listener stays open (lesson12_server)
+            self.lsock = oob.listen(a.port)
+            self.out(f"listening on port {self.lsock.getsockname()[1]}")
+        elif a.role == "server":
             lsock = oob.listen(a.port)
             self.out(f"listening on port {lsock.getsockname()[1]}")
             self.sock = oob.accept(lsock, a.timeout)
@@ -266,6 +270,97 @@ class Session:
             r["mismatch_got"] = got[bad]
         self.finish()
 
+    # ---- lesson 12: atomics on a shared region ---------------------------------
+
+    # The region of lessons/12-atomics/README.md: counter, lock, tail, log[].
+    OFF_COUNTER, OFF_LOCK, OFF_TAIL, OFF_LOG = 0, 8, 16, 24
+    AT_ACCESS = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_ATOMIC |
+                 e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_WRITE)
+    AT_QP = (e.IBV_ACCESS_REMOTE_ATOMIC | e.IBV_ACCESS_REMOTE_READ |
+             e.IBV_ACCESS_REMOTE_WRITE)
+
+    def lesson12_server(self):
+        """Serve the region to --clients clients ('R' each, then 'G' each),
+        wait for every 'D', then read the counter, the lock, the tail and
+        the log in our own memory."""
+        a, r = self.args, self.result
+        n_log = a.clients * a.iters
+        size = self.OFF_LOG + 8 * n_log
+        first = self.resources(size, self.AT_ACCESS, self.AT_QP)
+        first.write(struct.pack("=QQQ", a.start, 0, 0) + bytes(8 * n_log))
+        socks, qps, r["clients"] = [], [], []
+        try:
+            for k in range(a.clients):
+                # every QP must stay referenced: a collected one is destroyed
+                res = first if k == 0 else SharedRc(first, self.AT_QP)
+                qps.append(res)
+                sock = oob.accept_one(self.lsock, a.timeout)
+                socks.append(sock)
+                theirs = oob.exchange(sock, res.advertise())
+                r["clients"].append({"qpn": theirs.qpn})
+                res.connect(theirs)
+                oob.sync(sock, b"R")
+            # who owns the QPs, asked once while all of them are alive
+            owners = program_qps([c["qpn"] for c in r["clients"]])
+            for c in r["clients"]:
+                c["remote_qp"] = owners[c["qpn"]]
+            for sock in socks:
+                oob.sync(sock, b"G")
+            for sock in socks:
+                oob.sync(sock, b"D")
+            counter, lock, tail = struct.unpack_from("=QQQ", first.read())
+            log = struct.unpack_from(f"={n_log}Q", first.read(), self.OFF_LOG)
+            qpns = [c["qpn"] for c in r["clients"]]
+            r.update(counter=counter, expected=a.start + n_log, lock=lock,
+                     tail=tail,
+                     log_counts={str(q): log.count(q) for q in qpns},
+                     foreign_entries=sum(1 for x in log if x not in qpns))
+            extra = sum(len(oob.expect_silence(sock, 0.1)) for sock in socks)
+            if extra:
+                r["extra_tcp_bytes"] = extra
+        finally:
+            self.lsock.close()
+            for sock in socks:
+                sock.close()
+
+    def lesson12_client(self):
+        """Play one client: --iters increments (fewer by --skip: the
+        program's server must notice) and --iters appends under the lock,
+        as the README describes."""
+        a, r = self.args, self.result
+        res = self.resources(32, e.IBV_ACCESS_LOCAL_WRITE, 0)
+        theirs = self.meet(res, res.info())
+        oob.sync(self.sock, b"G")
+        me, rkey, base = res.qp.qp_num, theirs.rkey, theirs.addr
+
+        def atomic(opcode, off, compare_add, swap=0):
+            res.post_atomic(opcode, base + off, rkey, compare_add, swap)
+            res.poll("atomic", a.timeout, self.sock)
+            return struct.unpack("=Q", res.read(0, 8))[0]
+
+        def rdma(opcode, off, local):
+            res.post_send(0, opcode, local, 8,
+                          remote=types.SimpleNamespace(addr=base + off,
+                                                       rkey=rkey))
+            res.poll("rdma", a.timeout, self.sock)
+
+        done = 0
+        for i in range(a.iters):
+            if i >= a.skip:
+                atomic(e.IBV_WR_ATOMIC_FETCH_AND_ADD, self.OFF_COUNTER, 1)
+                done += 1
+            while atomic(e.IBV_WR_ATOMIC_CMP_AND_SWP, self.OFF_LOCK, 0,
+                         me) != 0:
+                pass
+            rdma(e.IBV_WR_RDMA_READ, self.OFF_TAIL, 8)
+            tail = struct.unpack("=Q", res.read(8, 8))[0]
+            res.write(struct.pack("=QQ", me, tail + 1), 16)
+            rdma(e.IBV_WR_RDMA_WRITE, self.OFF_LOG + 8 * tail, 16)
+            rdma(e.IBV_WR_RDMA_WRITE, self.OFF_TAIL, 24)
+            atomic(e.IBV_WR_ATOMIC_CMP_AND_SWP, self.OFF_LOCK, me, 0)
+        r["increments"] = done
+        self.finish()
+
 
 # ---- lesson 08: rdma_cm --------------------------------------------------------
 
@@ -458,7 +553,7 @@ class CmSession(Session):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="peer.py", description=__doc__.split(
         "\n\n")[0])
-    p.add_argument("lesson", choices=["05", "06", "07", "08"])
+    p.add_argument("lesson", choices=["05", "06", "07", "08", "12"])
     p.add_argument("role", choices=["server", "client"])
     p.add_argument("--host", default=os.environ.get("RDMA_IP", "localhost"))
     p.add_argument("--port", type=int, default=0)
@@ -470,6 +565,9 @@ def main(argv=None):
     p.add_argument("--timeout", type=int, default=10)
     p.add_argument("--corrupt-msg", type=int, default=None)
     p.add_argument("--corrupt-offset", type=int, default=None)
+    p.add_argument("--clients", type=int, default=2)     # 12, server
+    p.add_argument("--start", type=int, default=0)       # 12, server
+    p.add_argument("--skip", type=int, default=0)        # 12, client
     args = p.parse_args(argv)
     return (CmSession if args.lesson == "08" else Session)(args).run()
 

@@ -122,6 +122,15 @@ class RcResources:
             wr.set_wr_rdma(remote.rkey, remote.addr)
         self.qp.post_send(wr)
 
+    def post_atomic(self, opcode, remote_addr, rkey, compare_add, swap=0,
+                    offset=0):
+        """One signaled atomic; its old value lands at `offset` of our MR."""
+        sge = SGE(self.mr.buf + offset, 8, self.mr.lkey)
+        wr = SendWR(wr_id=0, opcode=opcode, num_sge=1, sg=[sge],
+                    send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_wr_atomic(rkey, remote_addr, compare_add, swap)
+        self.qp.post_send(wr)
+
     def poll(self, what, timeout, sock=None):
         """One completion within `timeout` s; while none comes, a closed TCP
         connection (`sock`) ends the wait at once (PeerGone)."""
@@ -152,3 +161,17 @@ class RcResources:
 
     def write(self, data, offset=0):
         self.mr.write(data, len(data), offset)
+
+
+class SharedRc(RcResources):
+    """Another RC QP on the context, PD and MR of `first` (a server of
+    several clients that all reach one memory region: lesson 12)."""
+
+    def __init__(self, first, qp_access, max_wr=4):
+        self.device, self.gid_index = first.device, first.gid_index
+        self.ib_port, self.size, self.max_wr = first.ib_port, first.size, max_wr
+        self.ctx, self.pd, self.mr = first.ctx, first.pd, first.mr
+        self.cq = CQ(self.ctx, 4 * max_wr)
+        self.create_qp()
+        self.to_init(qp_access)
+        self.psn = _rand.randrange(1 << 24)

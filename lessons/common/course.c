@@ -331,7 +331,7 @@ static int wait_fd(int fd, short events, int timeout)
 	return ret > 0 ? 0 : -1;
 }
 
-int course_oob_accept(int port, int timeout)
+int course_oob_listen(int port)
 {
 	struct sockaddr_in6 addr = {
 		.sin6_family = AF_INET6,
@@ -340,7 +340,7 @@ int course_oob_accept(int port, int timeout)
 	};
 	socklen_t alen = sizeof(addr);
 	int one = 1, zero = 0;
-	int lfd, fd = -1;
+	int lfd;
 
 	lfd = socket(AF_INET6, SOCK_STREAM, 0);
 	if (lfd < 0) {
@@ -350,24 +350,40 @@ int course_oob_accept(int port, int timeout)
 	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	setsockopt(lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
 	if (bind(lfd, (struct sockaddr *)&addr, sizeof(addr)) ||
-	    listen(lfd, 1) ||
+	    listen(lfd, 8) ||
 	    getsockname(lfd, (struct sockaddr *)&addr, &alen)) {
 		fprintf(stderr, "cannot listen on TCP port %d: %s\n", port,
 			strerror(errno));
-		goto out_close_listener;
+		close(lfd);
+		return -1;
 	}
 	printf("listening on port %d\n", ntohs(addr.sin6_port));
 	fflush(stdout);
+	return lfd;
+}
+
+int course_oob_accept_on(int lfd, int timeout)
+{
+	int fd;
 
 	if (wait_fd(lfd, POLLIN, timeout)) {
 		fprintf(stderr, "no client connected within %d s\n", timeout);
-		goto out_close_listener;
+		return -1;
 	}
 	fd = accept(lfd, NULL, NULL);
 	if (fd < 0)
 		fprintf(stderr, "accept failed: %s\n", strerror(errno));
+	return fd;
+}
 
-out_close_listener:
+int course_oob_accept(int port, int timeout)
+{
+	int lfd, fd;
+
+	lfd = course_oob_listen(port);
+	if (lfd < 0)
+		return -1;
+	fd = course_oob_accept_on(lfd, timeout);
 	close(lfd);
 	return fd;
 }

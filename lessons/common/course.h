@@ -132,6 +132,15 @@ struct qp_info {
  */
 int course_oob_accept(int port, int timeout);
 
+/*
+ * A server of several clients (lesson 12): course_oob_listen() listens on
+ * @port (0 = any), prints the same readiness line and returns the listening
+ * socket (-1, message printed); course_oob_accept_on() accepts one client on
+ * it within @timeout seconds (-1, message printed). close() the listener.
+ */
+int course_oob_listen(int port);
+int course_oob_accept_on(int lfd, int timeout);
+
 /* Client side: connect to HOST:PORT, retrying until @timeout seconds. */
 int course_oob_connect(const char *host, int port, int timeout);
 

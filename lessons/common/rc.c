@@ -23,6 +23,7 @@ struct rc_ctx *rc_open(const struct course_opts *o, const struct rc_params *p)
 			.max_recv_wr = p->max_recv_wr,
 			.max_send_sge = 1,
 			.max_recv_sge = 1,
+			.max_inline_data = p->max_inline_data,
 		},
 	};
 	struct ibv_qp_attr attr = {
@@ -205,15 +206,23 @@ static int rtr_rts(struct rc_ctx *rc, const struct qp_info *mine,
 int rc_connect(struct rc_ctx *rc, const struct course_opts *o,
 	       struct qp_info *mine, struct qp_info *theirs)
 {
-	srand48(getpid() ^ course_now_ns());
-	if (fill_qp_info(rc, mine))
-		return -1;
+	int fd;
 
 	if (o->host)
-		rc->oob_fd = course_oob_connect(o->host, o->port, rc->timeout);
+		fd = course_oob_connect(o->host, o->port, rc->timeout);
 	else
-		rc->oob_fd = course_oob_accept(o->port, rc->timeout);
-	if (rc->oob_fd < 0)
+		fd = course_oob_accept(o->port, rc->timeout);
+	if (fd < 0)
+		return -1;
+	return rc_connect_fd(rc, fd, mine, theirs);
+}
+
+int rc_connect_fd(struct rc_ctx *rc, int fd, struct qp_info *mine,
+		  struct qp_info *theirs)
+{
+	rc->oob_fd = fd;
+	srand48(getpid() ^ course_now_ns());
+	if (fill_qp_info(rc, mine))
 		return -1;
 	if (course_oob_exchange(rc->oob_fd, mine, theirs, rc->timeout))
 		return -1;

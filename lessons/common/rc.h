@@ -25,12 +25,14 @@
  *   max_dest_rd_atomic  (RTR) READs from the peer it serves at once
  *   max_send_wr         send queue depth (the CQ holds both queues)
  *   max_recv_wr         receive queue depth
- * and, left 0, what every lesson has (lessons 09 and 10 vary them):
+ * and, left 0, what every lesson has (lessons 09-11 vary them):
  *   cq_size             CQ entries; 0: max_send_wr + max_recv_wr
  *   rnr_retry           (RTS) resends after an RNR NAK; 0:
  *                       COURSE_QP_RNR_RETRY, RC_RNR_RETRY(n): n (0-7)
  *   comp_channel        1: create a completion channel (rc->channel) and
  *                       the CQ on it, for ibv_req_notify_cq()
+ *   max_inline_data     bytes a SEND may carry inline (IBV_SEND_INLINE);
+ *                       0 (the default): none
  */
 #define RC_RNR_RETRY(n) (0x100 | (n))
 
@@ -43,6 +45,7 @@ struct rc_params {
 	uint32_t cq_size;
 	int rnr_retry;
 	int comp_channel;
+	uint32_t max_inline_data;
 };
 
 /* One RC connection: every verbs object and the TCP side channel. */
@@ -84,6 +87,14 @@ int rc_connect(struct rc_ctx *rc, const struct course_opts *o,
  * without printing. Returns 0, or -1 (message printed).
  */
 int rc_connect_pair(struct rc_ctx *a, struct rc_ctx *b);
+
+/*
+ * rc_connect() on a TCP connection the caller made (a server of several
+ * clients accepts each with course_oob_accept_on()): from the exchange on,
+ * the same steps. @fd belongs to @rc from then on (rc_close() closes it).
+ */
+int rc_connect_fd(struct rc_ctx *rc, int fd, struct qp_info *mine,
+		  struct qp_info *theirs);
 
 /*
  * Wait for one successful completion (course_wait_wc() with the peer-gone
