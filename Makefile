@@ -21,7 +21,8 @@
 #   make plot LESSON=02  draw a lesson's measurements to a PNG (02, 11)
 #   make bench-latency   lesson 11's reference RDMA p50 against ib_send_lat x 2
 #                        (ratio, target <= 1.3) and the UDP p50, in one run
-#   make bench-vm        micro-VM boot-to-ready time and with-rxe overhead
+#   make bench-vm        micro-VM boot-to-ready time, with-rxe overhead, and a
+#                        round trip in one VM against a linked pair
 #   make bench-grade     wall time of grading all solutions and of make test
 #   make deps            install the Debian packages the course needs (root)
 #   make clean
