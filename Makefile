@@ -18,6 +18,11 @@
 #   make plot LESSON=02  draw a lesson's measurements to a PNG
 #   make bench-vm        micro-VM boot-to-ready time and with-rxe overhead
 #   make bench-grade     wall time of grading all solutions and of make test
+#   make student-repo OUT=DIR   the students' repository: no solutions (INSTRUCTORS.md)
+#   make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME]
+#                        [FORCE=1] [ROSTER=FILE] [BATCH=N] [TIMEOUT=S]
+#                        grade a class into OUT/gradebook.csv (INSTRUCTORS.md)
+#   make bench-class     submissions per minute, JOBS=1 and JOBS=2, 8 submissions
 #   make deps            install the Debian packages the course needs (root)
 #   make clean
 
@@ -37,7 +42,8 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade deps clean
+.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade deps clean \
+	student-repo grade-class bench-class
 
 comma := ,
 grade:
@@ -98,6 +104,29 @@ bench-vm:
 
 bench-grade:
 	@grader/bench-grade.sh
+
+student-repo:
+	@$(if $(OUT),,$(error usage: make student-repo OUT=DIR))
+	@$(PYTHON) -m grader student-repo '$(abspath $(OUT))'
+
+SUBMISSIONS ?=
+OUT     ?=
+JOBS    ?= 1
+DEADLINE ?=
+FORCE   ?=
+ROSTER  ?=
+BATCH   ?=
+TIMEOUT ?=
+grade-class:
+	@$(if $(and $(SUBMISSIONS),$(OUT)),,$(error usage: make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME] [FORCE=1] [ROSTER=FILE]))
+	@$(PYTHON) -m grader grade-class --submissions='$(abspath $(SUBMISSIONS))' \
+		--out='$(abspath $(OUT))' --jobs='$(JOBS)' \
+		$(if $(LESSON),--lesson='$(LESSON)') $(if $(DEADLINE),--deadline='$(DEADLINE)') \
+		$(if $(filter 1,$(FORCE)),--force) $(if $(ROSTER),--roster='$(abspath $(ROSTER))') \
+		$(if $(BATCH),--batch='$(BATCH)') $(if $(TIMEOUT),--timeout='$(TIMEOUT)')
+
+bench-class:
+	@grader/bench-class.sh
 
 deps:
 	@vm-setup/install-deps.sh

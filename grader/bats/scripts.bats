@@ -241,6 +241,7 @@ accel: tcg"
 }
 
 @test "make watch: grades, then grades again when a file of the lesson is saved" {
+	needs_solutions
 	command -v inotifywait || fail "inotify-tools is missing (make deps)"
 	src="$BATS_TEST_TMPDIR/work"
 	mkdir -p "$src"
