@@ -7,7 +7,7 @@ python3 -m grader grade-class ... - make grade-class (grader/classroom.py)."""
 
 import sys
 
-from . import build, classroom, grade, hint, status, studentrepo
+from . import build, ci, classroom, grade, hint, status, studentrepo
 
 USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
          "       python3 -m grader grade [--src DIR] [--lesson L] "
@@ -17,6 +17,8 @@ USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
          "       python3 -m grader student-repo OUT\n"
          "       python3 -m grader grade-class --submissions DIR --out DIR "
          "[--jobs N] [--lesson L] [--deadline T] [--force] [--roster F]\n"
+         "       python3 -m grader ci OUTDIR [--lesson L]   (the student "
+         "repository's workflow)\n"
          "       python3 -m grader class-run SPEC   (what grade-class runs "
          "in the VM)")
 
@@ -34,6 +36,8 @@ if __name__ == "__main__":
         sys.exit(classroom.class_run_main(sys.argv[2:]))
     if verb == "student-repo":
         sys.exit(studentrepo.main(sys.argv[2:]))
+    if verb == "ci":
+        sys.exit(ci.main(sys.argv[2:]))
     if verb == "hint":
         sys.exit(hint.main(sys.argv[2:]))
     print(USAGE, file=sys.stderr)
