@@ -216,6 +216,18 @@ def _warm_imports():
             pass
 
 
+BUILD_WAIT = 1800           # seconds the runner waits for a submission's build
+
+
+def _wait_for(path, secs):
+    deadline = time.monotonic() + secs
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def run_batch(spec_path):
     """python3 -m grader class-run SPEC: grade the batch SPEC describes,
     printing `class-run: begin NAME` and `class-run: end NAME rc=N
@@ -229,8 +241,12 @@ def run_batch(spec_path):
     for item in spec["items"]:
         out = Path(item["out"])
         out.mkdir(parents=True, exist_ok=True)
+        if not _wait_for(Path(item["built"]), BUILD_WAIT):
+            print(f"class-run: lost {item['name']}: its builds did not "
+                  f"come within {BUILD_WAIT} s", flush=True)
+            continue
         args = grade.pytest_args(item["src"], out / "results.json",
-                                 lesson=spec.get("lesson", ""),
+                                 lesson=item["lesson"],
                                  junit=out / "junit.xml",
                                  transcripts=out / "transcripts")
         # grader.plugin was imported here already (the grader package
@@ -290,7 +306,7 @@ class Sub:
         self.lessons = []           # lessons with work in them
         self.compiled = {}          # lesson -> compile_lesson() dict
         self.attempts = 0
-        self.row = None
+        self.requeued = 0
 
 
 class Gradebook:
@@ -396,15 +412,11 @@ class Gradebook:
         where = Path(tempfile.mkdtemp(prefix=f"class.{jobno}.",
                                       dir=self.work))
         os.chmod(where, 0o755)
-        items = []
-        for sub in batch:
-            for name in sub.lessons:
-                sub.compiled[name] = compile_lesson(COURSE, sub.src, name)
-            items.append({"name": sub.name, "src": str(sub.src),
-                          "out": str(where / sub.name)})
+        items = [{"name": s.name, "src": str(s.src), "out": str(where / s.name),
+                  "lesson": ",".join(s.lessons),
+                  "built": str(where / f"{s.name}.built")} for s in batch]
         spec = where / "spec.json"
-        lesson = ",".join(sorted({n for s in batch for n in s.lessons}))
-        spec.write_text(json.dumps({"items": items, "lesson": lesson,
+        spec.write_text(json.dumps({"items": items,
                                     "timeout": self.args.timeout}))
         needs_vm = any(_needs_device(n) for s in batch for n in s.lessons)
         cmd = ([str(COURSE / "vm-setup" / "with-rxe")] if needs_vm else []) + \
@@ -421,6 +433,11 @@ class Gradebook:
                                     start_new_session=True)
             with self.lock:
                 self.live.add(proc)
+            # The VM boots while the host compiles: each submission's
+            # marker file tells the runner its builds are there.
+            compiler = threading.Thread(target=self.compile_batch,
+                                        args=(batch, items), daemon=True)
+            compiler.start()
             byname = {s.name: s for s in batch}
             for line in proc.stdout:
                 logf.write(line)
@@ -441,6 +458,7 @@ class Gradebook:
                         self.retry(sub, "the grader wrote no results "
                                    f"(exit {kv.get('rc')})")
             rc = proc.wait()
+            compiler.join()
             with self.lock:
                 self.live.discard(proc)
         for sub in batch:
@@ -451,8 +469,13 @@ class Gradebook:
                        if ready else f"the VM did not start (exit {rc})")
                 self_infra.append(sub)
                 self.retry(sub, why)
-            else:
-                with self.lock:         # not started: no fault of its own
+            else:                       # not started: no fault of its own
+                sub.requeued += 1
+                if sub.requeued > 3:
+                    self_infra.append(sub)
+                    self.retry(sub, "its batch never reached it")
+                    continue
+                with self.lock:
                     self.queue.append(sub)
         if self_infra:
             dest = self.out / "infra-logs"
@@ -460,6 +483,14 @@ class Gradebook:
             shutil.copyfile(log, dest / f"{where.name}.log")
         if os.environ.get("GRADE_CLASS_KEEP") != "1":
             shutil.rmtree(where, ignore_errors=True)
+
+    def compile_batch(self, batch, items):
+        for sub, item in zip(batch, items):
+            try:
+                for name in sub.lessons:
+                    sub.compiled[name] = compile_lesson(COURSE, sub.src, name)
+            finally:
+                Path(item["built"]).write_text("")
 
     def retry(self, sub, why):
         sub.attempts += 1
