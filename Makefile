@@ -23,6 +23,7 @@
 #                        [FORCE=1] [ROSTER=FILE] [BATCH=N] [TIMEOUT=S]
 #                        grade a class into OUT/gradebook.csv (INSTRUCTORS.md)
 #   make bench-class     submissions per minute, JOBS=1 and JOBS=2, 8 submissions
+#   make gradescope [LESSON=NN]  build/gradescope/autograder.zip (INSTRUCTORS.md)
 #   make deps            install the Debian packages the course needs (root)
 #   make clean
 
@@ -43,7 +44,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
 .PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade deps clean \
-	student-repo grade-class bench-class
+	student-repo grade-class bench-class gradescope
 
 comma := ,
 grade:
@@ -127,6 +128,9 @@ grade-class:
 
 bench-class:
 	@grader/bench-class.sh
+
+gradescope:
+	@$(PYTHON) -m grader gradescope $(if $(LESSON),--lesson='$(LESSON)')
 
 deps:
 	@vm-setup/install-deps.sh

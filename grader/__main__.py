@@ -3,11 +3,13 @@ grading; python3 -m grader grade [...] - what make grade runs (grader/grade.py);
 python3 -m grader status - make status (grader/status.py);
 python3 -m grader hint - make hint (grader/hint.py);
 python3 -m grader student-repo OUT - make student-repo (grader/studentrepo.py);
-python3 -m grader grade-class ... - make grade-class (grader/classroom.py)."""
+python3 -m grader grade-class ... - make grade-class (grader/classroom.py);
+python3 -m grader gradescope - make gradescope (grader/gradescope.py)."""
 
 import sys
 
-from . import build, ci, classroom, grade, hint, status, studentrepo
+from . import (build, ci, classroom, grade, gradescope, hint, status,
+               studentrepo)
 
 USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
          "       python3 -m grader grade [--src DIR] [--lesson L] "
@@ -19,6 +21,8 @@ USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
          "[--jobs N] [--lesson L] [--deadline T] [--force] [--roster F]\n"
          "       python3 -m grader ci OUTDIR [--lesson L]   (the student "
          "repository's workflow)\n"
+         "       python3 -m grader gradescope [--lesson L]   (make gradescope)\n"
+         "       python3 -m grader gradescope-run   (its run_autograder)\n"
          "       python3 -m grader class-run SPEC   (what grade-class runs "
          "in the VM)")
 
@@ -36,6 +40,10 @@ if __name__ == "__main__":
         sys.exit(classroom.class_run_main(sys.argv[2:]))
     if verb == "student-repo":
         sys.exit(studentrepo.main(sys.argv[2:]))
+    if verb == "gradescope":
+        sys.exit(gradescope.main(sys.argv[2:]))
+    if verb == "gradescope-run":
+        sys.exit(gradescope.run_main(sys.argv[2:]))
     if verb == "ci":
         sys.exit(ci.main(sys.argv[2:]))
     if verb == "hint":

@@ -35,7 +35,7 @@ INSTRUCTOR_ONLY = [
     "grader/selftest/test_gradescope.py",
     "grader/bench-class.sh",
     "grader/bench-grade.sh",            # grades solutions/
-    "grader/gradescope/",
+    "grader/gradescope-files/",         # make gradescope's templates
     str(TEMPLATES) + "/",
     "INSTRUCTORS.md",
     "README.md",                        # replaced by the students' README
