@@ -19,7 +19,7 @@ else
 	apt-get install -y -qq curl ca-certificates >/dev/null
 fi
 
-read -r device deb sha1 < <(python3 -c '
+read -r device deb sha1 < <(/usr/bin/python3 -c '
 import json, sys
 c = json.load(open(sys.argv[1]))
 k = c["kernel"] or ["-", "-"]
@@ -42,5 +42,5 @@ if [ "$device" = true ]; then
 	echo "setup.sh: the micro-VM is ready in $root/vm-cache"
 fi
 # The grader's own programs, compiled once here.
-cd "$course" && python3 -c 'from grader.grade import prepare_grader; prepare_grader()'
+cd "$course" && /usr/bin/python3 -c 'from grader.grade import prepare_grader; prepare_grader()'
 echo "setup.sh: done"

@@ -29,9 +29,13 @@ def unpack(tmp_path, lesson):
     with zipfile.ZipFile(z) as f:
         names = f.namelist()
         f.extractall(root / "source")
+        for info in f.infolist():       # as unzip does: the files' modes
+            if info.external_attr >> 16:
+                os.chmod(root / "source" / info.filename,
+                         (info.external_attr >> 16) & 0o7777)
     for name in ("setup.sh", "run_autograder"):
         assert name in names
-        os.chmod(root / "source" / name, 0o755)
+        assert os.access(root / "source" / name, os.X_OK), name
     assert not [n for n in names if n.startswith("course/solutions/")]
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
     return root
