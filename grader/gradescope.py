@@ -165,8 +165,10 @@ def run(root):
             tests.append({
                 "name": f"{n}: compiles", "score": 0, "max_score": 0,
                 "status": "failed", "visibility": "visible",
-                "output": (built["stderr"] or built["stdout"]).replace(
-                    str(tree), "submission")[-8000:]})
+                "output": "\n".join(
+                    line for line in (built["stderr"] or built["stdout"])
+                    .replace(str(tree), "submission").splitlines()
+                    if not line.startswith("make"))[-8000:]})
     for t in graded["tests"]:
         tests.append({"name": t["name"], "score": t["score"],
                       "max_score": t["max_score"], "status": t["status"],

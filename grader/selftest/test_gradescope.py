@@ -10,13 +10,25 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from conftest import COURSE
 
 pytestmark = pytest.mark.instructor
+
+
+@pytest.fixture
+def world_readable():
+    """A directory the sandbox's unprivileged user can traverse, as
+    /autograder is (pytest's tmp_path is private to root)."""
+    d = Path(tempfile.mkdtemp(prefix="rdma-gradescope."))
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def unpack(tmp_path, lesson):
@@ -59,14 +71,17 @@ def run_autograder(root, files, env=None):
 
 
 @pytest.fixture(scope="module")
-def root04(tmp_path_factory):
-    root = unpack(tmp_path_factory.mktemp("gs"), "04")
+def root04():
+    top = Path(tempfile.mkdtemp(prefix="rdma-gradescope."))
+    os.chmod(top, 0o755)
+    root = unpack(top, "04")
     res = subprocess.run([str(root / "source" / "setup.sh")],
                          cwd=root / "source", capture_output=True, text=True,
                          timeout=300, env=dict(os.environ, SETUP_NO_APT="1",
                                                AUTOGRADER_ROOT=str(root)))
     assert res.returncode == 0, res.stdout + res.stderr
-    return root
+    yield root
+    shutil.rmtree(top, ignore_errors=True)
 
 
 SOLUTION = (COURSE / "solutions/04-work-requests/worksheet.c")
@@ -75,7 +90,8 @@ SOLUTION = (COURSE / "solutions/04-work-requests/worksheet.c")
 def test_a_solution_gets_full_marks(root04):
     res, data = run_autograder(root04, {"worksheet.c": SOLUTION.read_text()})
     assert res.returncode == 0, res.stdout + res.stderr
-    assert data["score"] == 14 and data["output"].startswith("Score: 14/14")
+    assert data["score"] == 14, res.stdout + res.stderr
+    assert data["output"].startswith("Score: 14/14")
     assert data["output_format"] == "text" and "execution_time" in data
     for t in data["tests"]:
         assert set(t) >= {"name", "score", "max_score", "status", "output",
@@ -112,7 +128,8 @@ def test_a_compile_error_is_a_visible_test_of_its_own(root04):
     assert data["score"] == 0
 
 
-def test_a_vm_that_cannot_start_is_an_autograder_error(tmp_path):
+def test_a_vm_that_cannot_start_is_an_autograder_error(world_readable):
+    tmp_path = world_readable
     root = unpack(tmp_path, "01")
     files = {f"skeletons/01-devices/{f.name}": f.read_text() for f in
              (COURSE / "solutions/01-devices").glob("*.c")}
