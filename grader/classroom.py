@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 
 from .build import COURSE, compile_lesson, lesson_names
+from .grade import (integrity_ok, needs_device, parse_lessons, prepare_grader,
+                    pytest_args)
 
 STATUSES = ("graded", "build-failed", "timed-out", "infra-error", "empty")
 DONE = {"graded", "build-failed", "timed-out", "empty"}   # not graded again
@@ -232,7 +234,6 @@ def run_batch(spec_path):
     """python3 -m grader class-run SPEC: grade the batch SPEC describes,
     printing `class-run: begin NAME` and `class-run: end NAME rc=N
     killed=0|1 secs=S` for each."""
-    from . import grade
     spec = json.loads(Path(spec_path).read_text())
     os.chdir(COURSE)
     _warm_imports()
@@ -245,7 +246,7 @@ def run_batch(spec_path):
             print(f"class-run: lost {item['name']}: its builds did not "
                   f"come within {BUILD_WAIT} s", flush=True)
             continue
-        args = grade.pytest_args(item["src"], out / "results.json",
+        args = pytest_args(item["src"], out / "results.json",
                                  lesson=item["lesson"],
                                  junit=out / "junit.xml",
                                  transcripts=out / "transcripts")
@@ -314,8 +315,7 @@ class Gradebook:
         self.args = args
         self.out = Path(args.out).resolve()
         self.subdir = Path(args.submissions).resolve()
-        self.names = (__import__("grader.grade", fromlist=["parse_lessons"])
-                      .parse_lessons(args.lesson) if args.lesson
+        self.names = (parse_lessons(args.lesson) if args.lesson
                       else lesson_names(COURSE, COURSE))
         self.exercises = [n for n in self.names
                           if (COURSE / "skeletons" / n).is_dir()]
@@ -418,7 +418,7 @@ class Gradebook:
         spec = where / "spec.json"
         spec.write_text(json.dumps({"items": items,
                                     "timeout": self.args.timeout}))
-        needs_vm = any(_needs_device(n) for s in batch for n in s.lessons)
+        needs_vm = any(needs_device(n) for s in batch for n in s.lessons)
         cmd = ([str(COURSE / "vm-setup" / "with-rxe")] if needs_vm else []) + \
             [sys.executable, "-m", "grader", "class-run", str(spec)]
         env = dict(os.environ, RXE_VM_TIMEOUT=str(
@@ -519,9 +519,15 @@ class Gradebook:
 
     # -- the whole class --
     def run(self):
-        from .grade import integrity_ok, prepare_grader
         if not self.subdir.is_dir():
             print(f"SUBMISSIONS={self.args.submissions}: no such directory",
+                  file=sys.stderr)
+            return 2
+        if self.out.is_relative_to(self.subdir) or \
+                self.subdir.is_relative_to(self.out):
+            print(f"OUT={self.args.out} and SUBMISSIONS="
+                  f"{self.args.submissions} must be apart (neither inside "
+                  f"the other): a student's directory in OUT is made afresh",
                   file=sys.stderr)
             return 2
         if not integrity_ok():
@@ -553,6 +559,8 @@ class Gradebook:
                                if sub.src else [])
                 # Lessons without a skeleton (00: the device) are graded
                 # with any submission that has work.
+                # What an earlier grading of this student left goes.
+                shutil.rmtree(self.out / sub.name, ignore_errors=True)
                 if sub.lessons:
                     sub.lessons = sorted(set(sub.lessons) | {
                         n for n in self.names if n not in self.exercises})
@@ -655,11 +663,6 @@ class Gradebook:
             print(f"canvas.csv: not in the roster: {', '.join(missing)}",
                   file=sys.stderr)
         print(f"canvas: {path}")
-
-
-def _needs_device(name):
-    from .grade import needs_device
-    return needs_device(name)
 
 
 def main(argv):

@@ -184,3 +184,11 @@ def test_a_vm_that_cannot_start_is_infra_error_not_zero(tmp_path):
         "RXE_VM_CACHE": str(tmp_path / "cache"),
         "RXE_VM_KERNEL_DEB": str(tmp_path / "missing.deb")})
     assert "kept" not in res.stderr
+
+
+def test_out_inside_submissions_is_refused(tmp_path):
+    (tmp_path / "subs" / "alice").mkdir(parents=True)
+    res = grade_class(tmp_path / "subs", tmp_path / "subs" / "grades",
+                      "--lesson=04", timeout=60)
+    assert res.returncode == 2 and "must be apart" in res.stderr
+    assert (tmp_path / "subs" / "alice").is_dir()
