@@ -136,6 +136,9 @@ def run(root):
                        "score": 0, "max_score": 0, "status": "failed",
                        "output": msg, "visibility": "visible"}]})
         return 0
+    # Lessons without a skeleton (00: the device) come with any work.
+    got = sorted(set(got) | {n for n in names
+                             if not (COURSE / "skeletons" / n).is_dir()})
     tmp = root / "work" / "grade-results.json"
     rc = None
     for attempt in (1, 2):
