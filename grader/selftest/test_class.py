@@ -127,9 +127,12 @@ def test_a_clone_is_graded_at_its_last_commit_before_the_deadline(klass):
 
 
 def test_no_process_is_left_behind(klass):
-    res = subprocess.run(["pgrep", "-af", str(klass["top"])],
-                         capture_output=True, text=True)
-    assert res.stdout == "", res.stdout
+    # The submissions' programs run from build/grade/<their path's tag>/.
+    top = str(klass["top"])
+    for pattern in (top, top.replace("/", "_")):
+        res = subprocess.run(["pgrep", "-af", pattern],
+                             capture_output=True, text=True)
+        assert res.stdout == "", res.stdout
     assert not list((COURSE / "build" / "grade-out").glob("class.*/spec.json"))
 
 
