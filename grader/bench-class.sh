@@ -57,6 +57,18 @@ done
 if ! diff <(cut -d, -f1-5 "$work/out1/gradebook.csv") <(cut -d, -f1-5 "$work/out2/gradebook.csv") >/dev/null; then
 	echo "bench-class: JOBS=1 and JOBS=2 disagree:" >&2
 	diff <(cut -d, -f1-5 "$work/out1/gradebook.csv") <(cut -d, -f1-5 "$work/out2/gradebook.csv") >&2
+	# What the differing rows lost, and the start of why.
+	for s in $(diff <(cut -d, -f1-5 "$work/out1/gradebook.csv") <(cut -d, -f1-5 "$work/out2/gradebook.csv") |
+		sed -n 's/^[<>] \([^,]*\),.*/\1/p' | sort -u); do
+		for j in 1 2; do
+			/usr/bin/python3 - "$work/out$j/$s/results.json" "JOBS=$j $s" <<'PY' >&2
+import json, sys
+for t in json.load(open(sys.argv[1]))["tests"]:
+    if t["score"] < t["max_score"]:
+        print(f"  {sys.argv[2]}: {t['name']}: {t['output'][:300]}")
+PY
+		done
+	done
 	exit 1
 fi
 [ $j1_rc = 0 ] && [ $j2_rc = 0 ]
