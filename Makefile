@@ -24,6 +24,12 @@
 #   make bench-vm        micro-VM boot-to-ready time, with-rxe overhead, and a
 #                        round trip in one VM against a linked pair
 #   make bench-grade     wall time of grading all solutions and of make test
+#   make student-repo OUT=DIR   the students' repository: no solutions (INSTRUCTORS.md)
+#   make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME]
+#                        [FORCE=1] [ROSTER=FILE] [BATCH=N] [TIMEOUT=S]
+#                        grade a class into OUT/gradebook.csv (INSTRUCTORS.md)
+#   make bench-class     submissions per minute, JOBS=1 and JOBS=2, 8 submissions
+#   make gradescope [LESSON=NN]  build/gradescope/autograder.zip (INSTRUCTORS.md)
 #   make deps            install the Debian packages the course needs (root)
 #   make clean
 
@@ -44,7 +50,8 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-latency deps clean
+.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-latency deps clean \
+	student-repo grade-class bench-class gradescope
 
 comma := ,
 grade:
@@ -114,6 +121,32 @@ bench-latency:
 	@$(MAKE) -s --no-print-directory build LESSON=11 SRC=solutions
 	@RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2} $(WITH_RXE) lessons/11-latency/bench.sh \
 		build/solutions/$(notdir $(call lesson_dir,11))
+
+student-repo:
+	@$(if $(OUT),,$(error usage: make student-repo OUT=DIR))
+	@$(PYTHON) -m grader student-repo '$(abspath $(OUT))'
+
+SUBMISSIONS ?=
+OUT     ?=
+JOBS    ?= 1
+DEADLINE ?=
+FORCE   ?=
+ROSTER  ?=
+BATCH   ?=
+TIMEOUT ?=
+grade-class:
+	@$(if $(and $(SUBMISSIONS),$(OUT)),,$(error usage: make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME] [FORCE=1] [ROSTER=FILE]))
+	@$(PYTHON) -m grader grade-class --submissions='$(abspath $(SUBMISSIONS))' \
+		--out='$(abspath $(OUT))' --jobs='$(JOBS)' \
+		$(if $(LESSON),--lesson='$(LESSON)') $(if $(DEADLINE),--deadline='$(DEADLINE)') \
+		$(if $(filter 1,$(FORCE)),--force) $(if $(ROSTER),--roster='$(abspath $(ROSTER))') \
+		$(if $(BATCH),--batch='$(BATCH)') $(if $(TIMEOUT),--timeout='$(TIMEOUT)')
+
+bench-class:
+	@grader/bench-class.sh
+
+gradescope:
+	@$(PYTHON) -m grader gradescope $(if $(LESSON),--lesson='$(LESSON)')
 
 deps:
 	@vm-setup/install-deps.sh

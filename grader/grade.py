@@ -74,6 +74,59 @@ def parse_lessons(arg):
     return names
 
 
+def integrity_ok(allowed=None):
+    """False (after naming the files) when the grader's own files differ
+    from the checkout and ALLOW_MODIFIED_GRADER=1 does not allow it."""
+    problems = integrity_problems(COURSE)
+    if not problems:
+        return True
+    if allowed is None:
+        allowed = os.environ.get("ALLOW_MODIFIED_GRADER") == "1"
+    say = "warning" if allowed else "error"
+    print(f"{say}: the course's own files differ from the checkout "
+          f"(git status):", file=sys.stderr)
+    for line in problems:
+        print(f"  {line}", file=sys.stderr)
+    if not allowed:
+        print("The grader will not grade with them: a file a submission "
+              "changed or planted would grade it.\nRestore them "
+              "(git checkout -- PATH; git clean -n lists untracked "
+              "ones), or, editing the course itself, run with "
+              "ALLOW_MODIFIED_GRADER=1.", file=sys.stderr)
+    return allowed
+
+
+def prepare_grader():
+    """git ignores __pycache__: a planted .pyc could stand in for a grader
+    module. The grader's are made afresh each time (a second or so). Then
+    the grader's own C programs are compiled, here on the host."""
+    for cache in (COURSE / "grader").rglob("__pycache__"):
+        shutil.rmtree(cache, ignore_errors=True)
+    grader_programs(COURSE)
+
+
+def pytest_args(src, results, lesson="", junit=None, transcripts=None):
+    """pytest's arguments (after `python3 -m pytest`) that grade the
+    prebuilt lessons of SRC, run from the course directory."""
+    # Only the lessons' own test files: importing the others' costs
+    # seconds in the guest, under emulation.
+    tests = ["grader/lessons"]
+    if lesson:
+        files = sorted(str(f.relative_to(COURSE)) for n in parse_lessons(lesson)
+                       for f in (COURSE / "grader" / "lessons").glob(
+                           f"test_{n[:2]}_*.py"))
+        tests = files or tests
+    args = ["-c", "grader/pytest.ini", "--rootdir", ".", *PYTEST_FLAGS,
+            *tests, f"--src={src}", "--prebuilt", f"--results={results}"]
+    if lesson:
+        args.append(f"--lesson={lesson}")
+    if junit:
+        args.append(f"--junitxml={junit}")
+    if transcripts:
+        args.append(f"--transcripts={transcripts}")
+    return args
+
+
 def main(argv):
     ap = argparse.ArgumentParser(prog="python3 -m grader grade",
                                  description="grade a tree shaped like "
@@ -98,28 +151,9 @@ def main(argv):
         return 2
     names = parse_lessons(args.lesson) if args.lesson else []
 
-    problems = integrity_problems(COURSE)
-    if problems:
-        allowed = os.environ.get("ALLOW_MODIFIED_GRADER") == "1"
-        say = "warning" if allowed else "error"
-        print(f"{say}: the course's own files differ from the checkout "
-              f"(git status):", file=sys.stderr)
-        for line in problems:
-            print(f"  {line}", file=sys.stderr)
-        if not allowed:
-            print("The grader will not grade with them: a file a submission "
-                  "changed or planted would grade it.\nRestore them "
-                  "(git checkout -- PATH; git clean -n lists untracked "
-                  "ones), or, editing the course itself, run with "
-                  "ALLOW_MODIFIED_GRADER=1.", file=sys.stderr)
-            return 2
-
-    # git ignores __pycache__: a planted .pyc could stand in for a grader
-    # module. The grader's are made afresh each time (a second or so).
-    for cache in (COURSE / "grader").rglob("__pycache__"):
-        shutil.rmtree(cache, ignore_errors=True)
-
-    grader_programs(COURSE)
+    if not integrity_ok():
+        return 2
+    prepare_grader()
     for name in lesson_names(COURSE, src, names):
         compile_lesson(COURSE, src, name)
 
@@ -135,14 +169,10 @@ def main(argv):
         device = any(needs_device(n) for n in
                      (names or lesson_names(COURSE, src)))
         where = [str(COURSE / "vm-setup" / "with-rxe")] if device else []
-        cmd = [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini", "--rootdir", ".",
-               *PYTEST_FLAGS, "grader/lessons", f"--src={src}", "--prebuilt",
-               f"--results={out}/results.json",
+        cmd = [sys.executable, "-m", "pytest",
+               *pytest_args(src, out / "results.json", lesson=args.lesson,
+                            junit=out / "junit.xml" if args.junit else None),
                f"--status={COURSE / '.grade' / 'status.json'}"]
-        if args.lesson:
-            cmd.append(f"--lesson={args.lesson}")
-        if args.junit:
-            cmd.append(f"--junitxml={out}/junit.xml")
         if args.test:
             cmd.append(f"--test={args.test}")
         if args.verbose_failures:

@@ -213,6 +213,9 @@ def pytest_addoption(parser):
     g.addoption("--verbose-failures", action="store_true",
                 help="show every failure in full, not only each lesson's "
                      "first (make grade V=1)")
+    g.addoption("--summary", default="",
+                help="write each lesson's points, whether it compiled and "
+                     "whether a program hung, as JSON (make grade-class)")
     g.addoption("--prebuilt", action="store_true",
                 help="use the builds `python3 -m grader build SRC` made; "
                      "never read SRC (make grade compiles on the host)")
@@ -514,8 +517,24 @@ class Grader:
             p.write_text(json.dumps(data, indent=2) + "\n")
         if self.status_path and not self.test_filter:
             self.save_status()
+        if self.config.getoption("summary"):
+            self.save_summary(Path(self.config.getoption("summary")))
         if self.items and got < total and session.exitstatus == 0:
             session.exitstatus = 1
+
+    def save_summary(self, path):
+        """Per lesson: got, total, compiled (False: a compile error or no
+        files), hung (the command of a program that hung, or null)."""
+        lessons = {}
+        for num in sorted({n for n, _, _ in self.items.values()}):
+            got, total = self.subtotal(num)
+            b = self.builds.get(num)
+            lessons[self.lesson(num).name] = {
+                "got": got, "total": total,
+                "compiled": None if b is None else not b.error,
+                "hung": b.hung if b else None}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"lessons": lessons}, indent=2) + "\n")
 
     def save_status(self):
         """.grade/status.json: per lesson, the last full grading of it

@@ -21,6 +21,8 @@ PACKAGES=(
 	inotify-tools
 	# make lint; the grader's integrity check and make test read git
 	shellcheck clang-format-14 git
+	# make test reads the student repository's GitHub workflow (YAML)
+	python3-yaml
 	# the micro-VM: QEMU, a static busybox for its initramfs, cpio
 	qemu-system-x86 busybox-static cpio
 	# lesson tools: plots, leak checks, dropping privileges (setpriv)

@@ -14,3 +14,9 @@ run_unprivileged() {
 		run "$@"
 	fi
 }
+
+# needs_solutions - the test grades the reference solutions: a student
+# repository (make student-repo) has none, so there it does not apply.
+needs_solutions() {
+	[ -d "$COURSE/solutions" ] || skip "needs solutions/ (a student repository has none)"
+}

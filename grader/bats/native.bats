@@ -78,6 +78,7 @@ setup() {
 }
 
 @test "native: make grade LESSON=01 SRC=solutions gives full marks on the native backend" {
+	needs_solutions
 	cd "$COURSE"
 	run make --no-print-directory grade LESSON=01 SRC=solutions
 	assert_success

@@ -241,6 +241,7 @@ accel: tcg"
 }
 
 @test "make watch: grades, then grades again when a file of the lesson is saved" {
+	needs_solutions
 	command -v inotifywait || fail "inotify-tools is missing (make deps)"
 	src="$BATS_TEST_TMPDIR/work"
 	mkdir -p "$src"
@@ -273,4 +274,41 @@ accel: tcg"
 	run "$COURSE/vm-setup/with-rxe" --backend native --pair true true
 	assert_failure 2
 	assert_output --partial "always runs two micro-VMs"
+}
+
+# in_memory_cgroup LIMIT CMD... - run CMD in a new memory cgroup (v1 or v2)
+# limited to LIMIT bytes; the cgroup is removed afterwards.
+in_memory_cgroup() {
+	local limit=$1 cg
+	shift
+	if [ -w /sys/fs/cgroup/memory/cgroup.procs ]; then
+		cg=/sys/fs/cgroup/memory/rdma-course-bats.$$
+		mkdir "$cg" && echo "$limit" >"$cg/memory.limit_in_bytes"
+	elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+		cg=/sys/fs/cgroup/rdma-course-bats.$$
+		mkdir "$cg" && echo "$limit" >"$cg/memory.max"
+	else
+		fail "no memory cgroup controller to write to here (needs root)"
+	fi
+	run bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" "$@"
+	rmdir "$cg"
+}
+
+@test "microvm/run.sh: in a 768 MB container the guest gets 448M, a small TCG cache, one vCPU on one CPU" {
+	mkdir -p "$BATS_TEST_TMPDIR/bin"
+	printf '#!/bin/bash\necho "$*" >>"%s/qemu.args"\nexit 1\n' "$BATS_TEST_TMPDIR" >"$BATS_TEST_TMPDIR/bin/qemu-system-x86_64"
+	chmod +x "$BATS_TEST_TMPDIR/bin/qemu-system-x86_64"
+	export PATH="$BATS_TEST_TMPDIR/bin:$PATH" RXE_VM_COLD=1 RXE_VM_ACCEL=tcg
+	unset RXE_VM_MEM RXE_VM_SMP
+	in_memory_cgroup $((768 * 1024 * 1024)) taskset -c 0 "$COURSE/vm-setup/microvm/run.sh" true
+	assert_failure 125
+	run cat "$BATS_TEST_TMPDIR/qemu.args"
+	assert_output --partial "-accel tcg,thread=multi,tb-size=128 -cpu max -m 448M -smp 1 "
+	# No limit, two CPUs: the defaults; RXE_VM_MEM wins over the limit.
+	rm "$BATS_TEST_TMPDIR/qemu.args"
+	run "$COURSE/vm-setup/microvm/run.sh" true
+	RXE_VM_MEM=300M in_memory_cgroup $((768 * 1024 * 1024)) "$COURSE/vm-setup/microvm/run.sh" true
+	run cat "$BATS_TEST_TMPDIR/qemu.args"
+	assert_line --index 0 --partial "-accel tcg,thread=multi -cpu max -m 2G -smp 2 "
+	assert_line --index 1 --partial "-accel tcg,thread=multi -cpu max -m 300M -smp 2 "
 }

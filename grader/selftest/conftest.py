@@ -12,6 +12,17 @@ HERE = Path(__file__).resolve().parent
 COURSE = HERE.parent.parent
 
 
+def pytest_collection_modifyitems(config, items):
+    """A student repository (make student-repo) has no solutions/: the
+    tests that need them (marked instructor) are not collected there."""
+    if (COURSE / "solutions").is_dir():
+        return
+    gone = [i for i in items if i.get_closest_marker("instructor")]
+    if gone:
+        items[:] = [i for i in items if i not in gone]
+        config.hook.pytest_deselected(items=gone)
+
+
 @pytest.fixture(scope="session")
 def badprogs(tmp_path_factory):
     """The programs in badprogs/, compiled; name -> path."""

@@ -74,10 +74,21 @@ def test_lesson_is_complete(lesson):
     assert tests, f"expected grader/lessons/test_{lesson.name[:2]}_*.py"
     if is_exercise(lesson):
         assert sources("skeletons", lesson), f"skeletons/{lesson.name}/ has no .c files"
+    if is_exercise(lesson) and (COURSE / "solutions").is_dir():
         assert sources("skeletons", lesson) == sources("solutions", lesson), \
             "skeleton and solution must have the same files"
 
 
+@pytest.mark.parametrize("lesson", EXERCISES, ids=ex_ids)
+def test_skeleton_has_numbered_todos(lesson):
+    numbers = [n for name in sources("skeletons", lesson)
+               for n, _ in regions(COURSE / "skeletons" / lesson.name / name)[1]]
+    assert numbers, "the skeleton has no TODO markers"
+    assert sorted(numbers) == list(range(1, len(numbers) + 1)), \
+        f"TODOs should be numbered 1..{len(numbers)} once each, got {sorted(numbers)}"
+
+
+@pytest.mark.instructor
 @pytest.mark.parametrize("lesson", EXERCISES, ids=ex_ids)
 def test_skeleton_differs_from_solution_only_inside_todos(lesson):
     numbers = []
@@ -96,7 +107,8 @@ def test_skeleton_differs_from_solution_only_inside_todos(lesson):
         f"TODOs should be numbered 1..{len(numbers)} once each, got {sorted(numbers)}"
 
 
-@pytest.mark.parametrize("tree", ["skeletons", "solutions"])
+@pytest.mark.parametrize("tree", ["skeletons", pytest.param(
+    "solutions", marks=pytest.mark.instructor)])
 @pytest.mark.parametrize("lesson", EXERCISES, ids=ex_ids)
 def test_builds_warning_free(lesson, tree, tmp_path):
     res = subprocess.run(
@@ -110,6 +122,7 @@ def test_builds_warning_free(lesson, tree, tmp_path):
 
 # Grading a whole tree happens in the first of these tests' setup.
 @pytest.mark.device
+@pytest.mark.instructor
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("lesson", LESSONS, ids=ids)
 def test_solution_reaches_full_marks(lesson, solutions_grade):
@@ -179,6 +192,7 @@ def qp_attributes(path):
     return states
 
 
+@pytest.mark.instructor
 def test_rc_sets_the_qp_attributes_of_lesson_05():
     lesson05 = qp_attributes(COURSE / "solutions/05-send-recv/pingpong.c")
     rc = qp_attributes(COURSE / "lessons/common/rc.c")

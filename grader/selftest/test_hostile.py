@@ -72,6 +72,7 @@ def test_the_checkout_is_left_as_it_was(graded):
 
 
 @pytest.mark.device
+@pytest.mark.instructor
 def test_an_include_of_the_solution_is_refused(graded):
     lesson = hostile.lesson_of("include")
     assert re.search(rf"includes {re.escape(str(COURSE))}/solutions/{lesson}/"

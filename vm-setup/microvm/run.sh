@@ -25,7 +25,7 @@
 #   RXE_VM_TIMEOUT=S   kill the VM after S seconds (default 1800, none for
 #                      --shell); exit 124
 #   RXE_VM_ACCEL=A     auto (default: KVM if a boot probe passes, else TCG), kvm, tcg
-#   RXE_VM_MEM=M       guest memory (default 2G)      RXE_VM_SMP=N  CPUs (default 2)
+#   RXE_VM_MEM=M  guest memory (2G; in a cgroup limit: less)  RXE_VM_SMP=N  CPUs (2; 1 on one CPU)
 #   RXE_VM_SHARE=D:D   more host directories to share read-write (the course
 #                      tree and the current directory always are, unless the
 #                      latter is /, /tmp or another of the guest's own)
@@ -291,6 +291,41 @@ kvm_probe() {
 	cat "$key"
 }
 tcg=(-accel tcg,thread=multi -cpu max)
+
+# --- a guest that fits the container: memory limit (cgroup) and CPUs ---------
+# Unless RXE_VM_MEM / RXE_VM_SMP say otherwise: under a cgroup memory limit
+# (a container; Gradescope's is 768 MB) the guest gets the limit less 320 MB
+# for QEMU and the grader beside it (at least 256 MB, at most 2G), and TCG's
+# translation cache is capped at 128 MB (QEMU's default reserves 1 GB); with
+# one CPU available, one vCPU.
+fit_guest_to_limits() {
+	local line dir file v limit='' total mb
+	while IFS= read -r line; do
+		case "$line" in
+		0::*) dir=/sys/fs/cgroup${line#0::} file=memory.max ;;
+		*:memory:*) dir=/sys/fs/cgroup/memory${line#*:memory:} file=memory.limit_in_bytes ;;
+		*) continue ;;
+		esac
+		# The limit may be set on any ancestor; inside a container the path
+		# may not exist at all (its cgroup is the mount's root).
+		while :; do
+			v=$(cat "$dir/$file" 2>/dev/null) || v=''
+			case "$v" in '' | *[!0-9]*) ;; *) [ -n "$limit" ] && [ "$v" -ge "$limit" ] || limit=$v ;; esac
+			case "$dir" in /sys/fs/cgroup | /sys/fs/cgroup/memory | '') break ;; esac
+			dir=${dir%/*}
+		done
+	done </proc/self/cgroup
+	total=$(awk '/^MemTotal:/ { print $2 }' /proc/meminfo)
+	if [ -z "${RXE_VM_MEM:-}" ] && [ -n "$limit" ] && [ $((limit / 1024)) -lt "$total" ]; then
+		mb=$((limit / 1048576 - 320))
+		[ $mb -ge 256 ] || mb=256
+		[ $mb -le 2048 ] || mb=2048
+		RXE_VM_MEM=${mb}M
+		tcg[1]+=,tb-size=128
+	fi
+	[ -n "${RXE_VM_SMP:-}" ] || [ "$(nproc)" -ge 2 ] || RXE_VM_SMP=1
+}
+fit_guest_to_limits
 case "${RXE_VM_ACCEL:-auto}" in
 auto)
 	verdict=$(kvm_probe)
