@@ -7,7 +7,8 @@
 #      warning-free builds)
 #   3. bats: with-rxe through the micro-VM (exit codes, output, timeout, the
 #      warm VM, make grade from outside, a linked pair of VMs), then the
-#      native backend for real in a VM booted without a device - beside part 2
+#      native backend for real in a VM booted without a device - from the
+#      start, beside parts 2 and 4
 #   4a. in one vm-setup/with-rxe run: the device smoke test (bats) and
 #      pytest -m device: the self-check grades solutions (full marks) and
 #      skeletons (not full marks), and the hostile submissions (no more than
@@ -32,35 +33,31 @@ trap 'rm -rf "$logs"' EXIT
 echo "== 1. bats: vm-setup scripts and Makefile =="
 bats grader/bats/scripts.bats
 scripts=$?
-# Two things at a time, never more: part 3's VMs beside part 2 (host
-# Python, mostly waiting), then 4b's VM beside 4a's. Each VM gets one vCPU:
-# under TCG a 1-vCPU guest grades as fast as a 2-vCPU one (39 s vs 43 s for
-# lessons 05-07), and two of them fill the 2 cores without oversubscribing
-# them (three 2-vCPU VMs at once made make test take 10m43s instead of
-# 6m31s). Each VM has its own rxe device and counters. The output of the
-# background parts follows the others', in order.
+# Each VM gets one vCPU: under TCG a 1-vCPU guest grades as fast as a
+# 2-vCPU one (39 s vs 43 s for lessons 05-07), and three 2-vCPU VMs at once
+# made make test take 10m43s instead of 6m31s. Part 3 mostly waits (boots,
+# timeouts, a shell; under one core on a quiet machine): it runs from the
+# start, beside part 2 (host Python), then beside 4a and 4b, which each keep
+# a core busy. Each VM has its own rxe device and counters. The output of
+# the background parts follows 4a's, in order.
 export RXE_VM_SMP=${RXE_VM_SMP:-1}
+# Compile the trees here, natively; the grader in the VM reuses the builds.
+# The solutions first, once: part 3 grades some of them (native.bats in the
+# VM, which cannot compile), and a build that exists is not made again.
+# A student repository (make student-repo) has no solutions/, no cheats and
+# no mutants: what needs them is the instructor's checkout's alone.
+[ ! -d solutions ] || "$PYTHON" -m grader build solutions >/dev/null
+built=$?
 {
 	bats grader/bats/with-rxe.bats; w=$?
-	# native.bats grades lesson 01 natively in the VM: compile it here.
-	{ [ ! -d solutions ] || "$PYTHON" -m grader build solutions >/dev/null; } &&
-		RXE_VM_NO_RXE=1 vm-setup/with-rxe bats grader/bats/native.bats; n=$?
+	RXE_VM_NO_RXE=1 vm-setup/with-rxe bats grader/bats/native.bats; n=$?
 	[ $w = 0 ] && [ $n = 0 ]
 } >"$logs/3" 2>&1 3>&- &
 part3=$!
 echo "== 2. pytest: grader and course self-check, no device =="
 $PYTEST -m "not device" "$@"
 host=$?
-wait $part3
-vm=$?
-echo "== 3. bats: with-rxe through the micro-VM =="
-cat "$logs/3"
-# Compile the trees here, natively; the grader in the VM reuses the builds.
-# A student repository (make student-repo) has no solutions/, no cheats and
-# no mutants:
-# what needs them is the instructor's checkout's alone.
-[ ! -d solutions ] || "$PYTHON" -m grader build solutions
-"$PYTHON" -m grader build skeletons &&
+[ $built = 0 ] && "$PYTHON" -m grader build skeletons &&
 	"$PYTHON" grader/selftest/hostile/tree.py build/selftest/hostile &&
 	"$PYTHON" -m grader build build/selftest/hostile
 if [ -d solutions ]; then
@@ -77,6 +74,10 @@ vm-setup/with-rxe bash -c 'bats grader/bats/device.bats; b=$?
 	'"$PYTEST"' -m device -v --deselect grader/selftest/test_cheats.py --deselect grader/selftest/test_mutants.py "$@"; p=$?
 	[ $b = 0 ] && [ $p = 0 ]' run-all "$@"
 device=$?
+wait $part3
+vm=$?
+echo "== 3. bats: with-rxe through the micro-VM (beside parts 2 and 4) =="
+cat "$logs/3"
 wait $part4b
 cheats=$?
 echo "== 4b. in vm-setup/with-rxe: the cheats and the mutants graded =="
