@@ -38,8 +38,9 @@ scripts=$?
 # made make test take 10m43s instead of 6m31s. Part 3 mostly waits (boots,
 # timeouts, a shell; under one core on a quiet machine): it runs from the
 # start, beside part 2 (host Python), then beside 4a and 4b, which each keep
-# a core busy. Each VM has its own rxe device and counters. The output of
-# the background parts follows 4a's, in order.
+# a core busy. Each VM has its own rxe device and counters; 4a and 4b boot
+# their own (RXE_VM_COLD), never the warm VM part 3 starts and stops. The
+# output of the background parts follows 4a's, in order.
 export RXE_VM_SMP=${RXE_VM_SMP:-1}
 # Compile the trees here, natively; the grader in the VM reuses the builds.
 # The solutions first, once: part 3 grades some of them (native.bats in the
@@ -61,7 +62,7 @@ host=$?
 	"$PYTHON" grader/selftest/hostile/tree.py build/selftest/hostile &&
 	"$PYTHON" -m grader build build/selftest/hostile
 if [ -d solutions ]; then
-	vm-setup/with-rxe $PYTEST_CMD -m device -v grader/selftest/test_cheats.py \
+	RXE_VM_COLD=1 vm-setup/with-rxe $PYTEST_CMD -m device -v grader/selftest/test_cheats.py \
 		grader/selftest/test_mutants.py "$@" \
 		>"$logs/4b" 2>&1 3>&- &
 else
@@ -70,7 +71,7 @@ else
 fi
 part4b=$!
 echo "== 4a. in vm-setup/with-rxe: device smoke test, solutions, skeletons and hostile submissions graded =="
-vm-setup/with-rxe bash -c 'bats grader/bats/device.bats; b=$?
+RXE_VM_COLD=1 vm-setup/with-rxe bash -c 'bats grader/bats/device.bats; b=$?
 	'"$PYTEST"' -m device -v --deselect grader/selftest/test_cheats.py --deselect grader/selftest/test_mutants.py "$@"; p=$?
 	[ $b = 0 ] && [ $p = 0 ]' run-all "$@"
 device=$?
