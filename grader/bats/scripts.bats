@@ -193,6 +193,8 @@ QEMU
 	: >"$BATS_TEST_TMPDIR/kvm"
 	export RXE_VM_KVM_DEV="$BATS_TEST_TMPDIR/kvm" FAKE_ID="$BATS_TEST_NUMBER$$$RANDOM"
 	export PATH="$BATS_TEST_TMPDIR/bin:$PATH"
+	# run.sh keeps a failed VM's run directory for its user: in the test's.
+	export TMPDIR=$BATS_TEST_TMPDIR
 }
 
 # The stand-in's verdicts are cached like real ones (a version of their own):
@@ -298,7 +300,7 @@ in_memory_cgroup() {
 	mkdir -p "$BATS_TEST_TMPDIR/bin"
 	printf '#!/bin/bash\necho "$*" >>"%s/qemu.args"\nexit 1\n' "$BATS_TEST_TMPDIR" >"$BATS_TEST_TMPDIR/bin/qemu-system-x86_64"
 	chmod +x "$BATS_TEST_TMPDIR/bin/qemu-system-x86_64"
-	export PATH="$BATS_TEST_TMPDIR/bin:$PATH" RXE_VM_COLD=1 RXE_VM_ACCEL=tcg
+	export PATH="$BATS_TEST_TMPDIR/bin:$PATH" RXE_VM_COLD=1 RXE_VM_ACCEL=tcg TMPDIR=$BATS_TEST_TMPDIR
 	unset RXE_VM_MEM RXE_VM_SMP
 	in_memory_cgroup $((768 * 1024 * 1024)) taskset -c 0 "$COURSE/vm-setup/microvm/run.sh" true
 	assert_failure 125
