@@ -42,5 +42,11 @@ while :; do
 	waiter=$!
 	wait "$waiter"
 	waiter=''
+	# Gone (deleted, or its disk unmounted): nothing is left to watch, and
+	# inotifywait would fail at once, every time.
+	[ -d "$src/$name" ] || {
+		echo "watch: $src/$name/ is gone: stopping" >&2
+		stop
+	}
 	sleep 0.2 # let an editor finish its rename dance
 done

@@ -198,8 +198,11 @@ QEMU
 }
 
 # The stand-in's verdicts are cached like real ones (a version of their own):
-# none is left behind.
+# none is left behind. A make watch test's watcher is stopped.
 teardown() {
+	if [ -f "$BATS_TEST_TMPDIR/watched" ]; then
+		pkill -TERM -f "grader/watch.sh 04 $(cat "$BATS_TEST_TMPDIR/watched")" || true
+	fi
 	if [ -n "${FAKE_ID:-}" ]; then
 		rm -f "${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-course/microvm}"/kvm-probe-*-qemu9.9."$FAKE_ID"-*
 	fi
@@ -251,6 +254,8 @@ accel: tcg"
 	log="$BATS_TEST_TMPDIR/watch.log"
 	make -C "$COURSE" --no-print-directory watch LESSON=04 SRC="$src" >"$log" 2>&1 3>&- &
 	watcher=$!
+	# Whatever fails below, the watcher does not outlive the test.
+	echo "$src" >"$BATS_TEST_TMPDIR/watched"
 	wait_for() { for _ in $(seq 300); do grep -q "$1" "$log" && return 0; sleep 0.1; done; return 1; }
 	wait_for "waiting for a change" || { kill "$watcher"; cat "$log"; fail "no first grading"; }
 	grep -q "Score: 0/14" "$log"
