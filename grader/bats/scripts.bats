@@ -274,6 +274,28 @@ accel: tcg"
 	assert_failure
 }
 
+@test "make watch: stops by itself, saying so, when the lesson's directory is deleted" {
+	command -v inotifywait || fail "inotify-tools is missing (make deps)"
+	src="$BATS_TEST_TMPDIR/work"
+	mkdir -p "$src"
+	cp -r "$COURSE/skeletons/04-work-requests" "$src/"
+	log="$BATS_TEST_TMPDIR/watch.log"
+	make -C "$COURSE" --no-print-directory watch LESSON=04 SRC="$src" >"$log" 2>&1 3>&- &
+	watcher=$!
+	echo "$src" >"$BATS_TEST_TMPDIR/watched"
+	for _ in $(seq 300); do grep -q "waiting for a change" "$log" && break; sleep 0.1; done
+	grep -q "waiting for a change" "$log" || { cat "$log"; fail "no first grading"; }
+	rm -r "$src/04-work-requests"
+	for _ in $(seq 100); do kill -0 "$watcher" 2>/dev/null || break; sleep 0.1; done
+	kill -0 "$watcher" 2>/dev/null && fail "make watch still runs 10 s after its directory was deleted"
+	run grep -c "== make watch:" "$log"
+	assert_output 1
+	run grep "is gone" "$log"
+	assert_output "watch: $src/04-work-requests/ is gone: stopping"
+	run pgrep -r R,S,D,T -f "grader/watch.sh 04 $src|inotifywait.*$src"
+	assert_failure
+}
+
 @test "with-rxe --pair needs exactly two commands (exit 2, nothing booted)" {
 	run "$COURSE/vm-setup/with-rxe" --pair 'true'
 	assert_failure 2
