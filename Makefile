@@ -74,13 +74,13 @@ hint:
 
 watch:
 	@$(if $(LESSON),,$(error usage: make watch LESSON=NN [SRC=DIR]))
-	@grader/watch.sh '$(LESSON)' '$(SRC)'
+	@grader/run/watch.sh '$(LESSON)' '$(SRC)'
 
 test:
 	@grader/selftest/run-all.sh
 
 lint:
-	@grader/lint.sh
+	@grader/selftest/lint.sh
 
 build:
 	@$(if $(LESSON),,$(error usage: make build LESSON=NN [SRC=DIR]))
@@ -113,7 +113,7 @@ bench-vm:
 	@vm-setup/bench-vm.sh
 
 bench-grade:
-	@grader/bench-grade.sh
+	@grader/selftest/bench-grade.sh
 
 # Two busy-polling processes need a CPU each: the guest gets 2 vCPUs
 # (RXE_VM_SMP_BENCH=N for another count; with 1 the scheduler sets the pace).
@@ -143,7 +143,7 @@ grade-class:
 		$(if $(BATCH),--batch='$(BATCH)') $(if $(TIMEOUT),--timeout='$(TIMEOUT)')
 
 bench-class:
-	@grader/bench-class.sh
+	@grader/classroom/bench-class.sh
 
 gradescope:
 	@$(PYTHON) -m grader gradescope $(if $(LESSON),--lesson='$(LESSON)')

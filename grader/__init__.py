@@ -1,8 +1,8 @@
 """rdma-course's grader: see grader/README.md."""
 
-from .harness import (GradeFailure, expect, expect_line, expect_match, run,
+from grader.core.harness import (GradeFailure, expect, expect_line, expect_match, run,
                       start)
-from .plugin import points
+from grader.session.plugin import points
 
 __all__ = ["GradeFailure", "expect", "expect_line", "expect_match", "points",
            "run", "start"]

@@ -1,17 +1,18 @@
 """python3 -m grader build SRC [NN-topic ...] - compile lessons ahead of
-grading; python3 -m grader grade [...] - what make grade runs (grader/grade.py);
-python3 -m grader status - make status (grader/status.py);
-python3 -m grader hint - make hint (grader/hint.py);
+grading; python3 -m grader grade [...] - what make grade runs (grader/run/grade.py);
+python3 -m grader status - make status (grader/run/status.py);
+python3 -m grader hint - make hint (grader/run/hint.py);
 python3 -m grader symptoms [--write] NN - a lesson's Common failures table,
-rendered from its lesson.toml (grader/symptoms.py);
-python3 -m grader student-repo OUT - make student-repo (grader/studentrepo.py);
-python3 -m grader grade-class ... - make grade-class (grader/classroom.py);
-python3 -m grader gradescope - make gradescope (grader/gradescope.py)."""
+rendered from its lesson.toml (grader/session/symptoms.py);
+python3 -m grader student-repo OUT - make student-repo (grader/classroom/studentrepo.py);
+python3 -m grader grade-class ... - make grade-class (grader/classroom/gradebook.py);
+python3 -m grader gradescope - make gradescope (grader/classroom/gradescope.py)."""
 
 import sys
 
-from . import (build, ci, classroom, grade, gradescope, hint, status,
-               studentrepo, symptoms)
+from grader.classroom import ci, gradebook, gradescope, studentrepo
+from grader.run import grade, hint, status
+from grader.session import symptoms
 
 USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
          "       python3 -m grader grade [--src DIR] [--lesson L] "
@@ -32,15 +33,15 @@ USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
 if __name__ == "__main__":
     verb = sys.argv[1] if len(sys.argv) > 1 else ""
     if verb == "build":
-        sys.exit(build.main(sys.argv[2:]))
+        sys.exit(grade.build_main(sys.argv[2:]))
     if verb == "grade":
         sys.exit(grade.main(sys.argv[2:]))
     if verb == "status":
         sys.exit(status.main(sys.argv[2:]))
     if verb == "grade-class":
-        sys.exit(classroom.main(sys.argv[2:]))
+        sys.exit(gradebook.main(sys.argv[2:]))
     if verb == "class-run":
-        sys.exit(classroom.class_run_main(sys.argv[2:]))
+        sys.exit(gradebook.class_run_main(sys.argv[2:]))
     if verb == "student-repo":
         sys.exit(studentrepo.main(sys.argv[2:]))
     if verb == "gradescope":

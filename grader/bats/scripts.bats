@@ -201,7 +201,7 @@ QEMU
 # none is left behind. A make watch test's watcher is stopped.
 teardown() {
 	if [ -f "$BATS_TEST_TMPDIR/watched" ]; then
-		pkill -TERM -f "grader/watch.sh 04 $(cat "$BATS_TEST_TMPDIR/watched")" || true
+		pkill -TERM -f "grader/run/watch.sh 04 $(cat "$BATS_TEST_TMPDIR/watched")" || true
 	fi
 	if [ -n "${FAKE_ID:-}" ]; then
 		rm -f "${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-course/microvm}"/kvm-probe-*-qemu9.9."$FAKE_ID"-*
@@ -264,12 +264,12 @@ accel: tcg"
 	# Stopping it leaves nothing of it running.
 	wait_for "waiting for a change" || true
 	# (a background job of a script ignores SIGINT: TERM, which it traps the same)
-	pkill -TERM -f "grader/watch.sh 04 $src"
+	pkill -TERM -f "grader/run/watch.sh 04 $src"
 	for _ in $(seq 200); do
-		pgrep -r R,S,D,T -f "grader/watch.sh 04 $src|inotifywait.*$src" >/dev/null || break
+		pgrep -r R,S,D,T -f "grader/run/watch.sh 04 $src|inotifywait.*$src" >/dev/null || break
 		sleep 0.1
 	done
-	run pgrep -r R,S,D,T -f "grader/watch.sh 04 $src|inotifywait.*$src"
+	run pgrep -r R,S,D,T -f "grader/run/watch.sh 04 $src|inotifywait.*$src"
 	kill "$watcher" 2>/dev/null || true
 	assert_failure
 }
@@ -292,7 +292,7 @@ accel: tcg"
 	assert_output 1
 	run grep "is gone" "$log"
 	assert_output "watch: $src/04-work-requests/ is gone: stopping"
-	run pgrep -r R,S,D,T -f "grader/watch.sh 04 $src|inotifywait.*$src"
+	run pgrep -r R,S,D,T -f "grader/run/watch.sh 04 $src|inotifywait.*$src"
 	assert_failure
 }
 

@@ -10,8 +10,8 @@ import re
 
 
 from grader import GradeFailure, expect, expect_match, points
-from grader.harness import leak_checker
-from grader.rxe import SYSFS_IB
+from grader.core.harness import leak_checker
+from grader.evidence.rxe import SYSFS_IB
 
 PROG = "devinfo"
 NO_SUCH = "nosuchdev0"

@@ -1,5 +1,5 @@
 """Lesson 01, checked from inside the program: the grader preloads its
-interposer (grader/interpose/verbs_spy.c), which makes ibv_get_device_guid()
+interposer (grader/evidence/interpose/verbs_spy.c), which makes ibv_get_device_guid()
 and ibv_query_device() return a node GUID chosen here at random. A program that asks the device
 prints it; one that copies sysfs (or `ibv_devinfo`) prints the real one.
 """
@@ -10,7 +10,7 @@ import secrets
 import pytest
 
 from grader import GradeFailure, expect, points
-from grader.interpose import Spy, build_interposer
+from grader.evidence.interpose import Spy, build_interposer
 
 PROG = "devinfo"
 DEVICE_RE = r"^device {dev} node_guid (\S+) "

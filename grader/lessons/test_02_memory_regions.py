@@ -13,7 +13,7 @@ import json
 import shutil
 
 from grader import GradeFailure, expect, expect_match, points
-from grader.harness import leak_checker
+from grader.core.harness import leak_checker
 
 MR_RE = (r"^mr addr 0x([0-9a-f]+) length (\d+) lkey 0x([0-9a-f]{8}) "
          r"rkey 0x([0-9a-f]{8}) access (\S+)$")

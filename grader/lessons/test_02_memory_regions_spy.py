@@ -1,5 +1,5 @@
 """Lesson 02, checked from inside the program: the grader preloads its
-interposer (grader/interpose/verbs_spy.c), which records every
+interposer (grader/evidence/interpose/verbs_spy.c), which records every
 ibv_reg_mr()/ibv_dereg_mr() the program makes - its length, its access
 flags, and how long the real call took.
 
@@ -15,7 +15,7 @@ import secrets
 import pytest
 
 from grader import GradeFailure, expect, points
-from grader.interpose import Spy, build_interposer, parse_int
+from grader.evidence.interpose import Spy, build_interposer, parse_int
 
 FLAGS = {"local_write": 1, "remote_write": 2, "remote_read": 4,
          "remote_atomic": 8}

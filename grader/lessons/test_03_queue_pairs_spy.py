@@ -1,6 +1,6 @@
 """Lesson 03, checked against the kernel and from inside the program.
 
-The grader preloads its interposer (grader/interpose/verbs_spy.c), which
+The grader preloads its interposer (grader/evidence/interpose/verbs_spy.c), which
 
 - records every ibv_query_qp() and the state the device reported, and stops
   the program (SIGSTOP) once both QPs have been reported in RTS: the grader
@@ -23,8 +23,8 @@ import time
 import pytest
 
 from grader import GradeFailure, expect, expect_line, points
-from grader.harness import run
-from grader.interpose import Spy, build_interposer
+from grader.core.harness import run
+from grader.evidence.interpose import Spy, build_interposer
 
 PROG = "qp_states"
 STATE_RE = re.compile(r"^([AB]) qpn 0x([0-9a-f]{6}) state (\S+)$", re.M)

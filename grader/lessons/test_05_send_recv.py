@@ -36,8 +36,8 @@ import time
 import pytest
 
 from grader import GradeFailure, expect, expect_line, expect_match, points
-from grader import peer
-from grader.peer import clean_failure, host, pair
+from grader.session import pairs
+from grader.session.pairs import clean_failure, host, pair
 
 PROG = "pingpong"
 ITERS = 50
@@ -51,7 +51,7 @@ ARGS = ["-n", ITERS, "-s", SIZE, "-t", T]       # both sides of main_run
 
 @pytest.fixture(scope="module")
 def main_run(build, rdma):
-    """The ping-pong the first tests look at, run once: a peer.Pair."""
+    """The ping-pong the first tests look at, run once: a pairs.Pair."""
     return pair(build, rdma, PROG, ARGS, ARGS)
 
 
@@ -59,7 +59,7 @@ def main_run(build, rdma):
 
 @points(5, "ping-pong: N round trips, both sides exit 0")
 def test_pingpong(build, rdma, main_run):
-    peer.both_ok(build, rdma, PROG, main_run, ARGS)
+    pairs.both_ok(build, rdma, PROG, main_run, ARGS)
     for who, res in (("server", main_run.server), ("client", main_run.client)):
         expect_line(res.stdout, "connected", f"{who} stdout")
 
@@ -127,18 +127,18 @@ def test_peer_killed(build, rdma):
 
 @points(2, "peer's QP gone: the SEND fails with the completion status as text")
 def test_qp_gone(build, rdma):
-    peer.qp_gone(build, rdma, PROG, ["-n", "5", "-s", "64", "-t", "10"],
+    pairs.qp_gone(build, rdma, PROG, ["-n", "5", "-s", "64", "-t", "10"],
                  "client connected to a QP that does not exist", length=64)
 
 
 @points(1, "no server: 'cannot connect', exit 1")
 def test_no_server(build, rdma):
-    peer.no_server(build, rdma, PROG)
+    pairs.no_server(build, rdma, PROG)
 
 
 @points(1, "unknown host: 'cannot resolve', exit 1")
 def test_bad_host(build, rdma):
-    peer.bad_host(build, PROG)
+    pairs.bad_host(build, PROG)
 
 
 @points(1, "no client: the server gives up after --timeout, exit 1")
@@ -151,4 +151,4 @@ def test_no_client(build, rdma):
 
 @points(1, "bad GID index: named, exit 1")
 def test_bad_gid(build, rdma):
-    peer.bad_gid(build, PROG)
+    pairs.bad_gid(build, PROG)

@@ -1,4 +1,4 @@
-"""Lesson 05 against the course's reference peer (grader/trusted/peer.py).
+"""Lesson 05 against the course's reference peer (grader/evidence/trusted/peer.py).
 
 The student's pair agreeing with itself proves little: here each side meets
 the grader's own pyverbs peer, which checks every message that arrives in
@@ -11,7 +11,7 @@ qp_info and the two syncs.
 import pytest
 
 from grader import GradeFailure, expect, expect_line, points
-from grader.trusted.run import (client_vs_peer, expect_own_traffic,
+from grader.evidence.trusted.run import (client_vs_peer, expect_own_traffic,
                                 expect_owner, expect_peer_ok, rand_between,
                                 server_vs_peer)
 

@@ -1,4 +1,4 @@
-"""Lesson 06 against the course's reference peer (grader/trusted/peer.py).
+"""Lesson 06 against the course's reference peer (grader/evidence/trusted/peer.py).
 
 - The student's client writes into the reference server's memory. The
   server compares its own buffer with the pattern (the program's
@@ -16,7 +16,7 @@
 import pytest
 
 from grader import GradeFailure, expect, expect_line, points
-from grader.trusted.run import (client_vs_peer, expect_owner, expect_peer_ok,
+from grader.evidence.trusted.run import (client_vs_peer, expect_owner, expect_peer_ok,
                                 rand_between, server_vs_peer)
 
 PROG = "rdma_write"

@@ -36,8 +36,8 @@ import math
 import pytest
 
 from grader import GradeFailure, expect_line, expect_match, points
-from grader import peer
-from grader.peer import clean_failure, pair
+from grader.session import pairs
+from grader.session.pairs import clean_failure, pair
 
 PROG = "rdma_read"
 SIZE = 100000        # not a multiple of the MTU: the last packet is short
@@ -47,7 +47,7 @@ ARGS = ["-s", SIZE, "-t", T]                    # both sides of main_run
 
 @pytest.fixture(scope="module")
 def main_run(build, rdma):
-    """The READ the first tests look at, run once: a peer.Pair."""
+    """The READ the first tests look at, run once: a pairs.Pair."""
     return pair(build, rdma, PROG, ARGS, ARGS)
 
 
@@ -55,8 +55,8 @@ def main_run(build, rdma):
 
 @points(4, "the client READs, both sides exit 0")
 def test_read(build, rdma, main_run):
-    peer.both_ok(build, rdma, PROG, main_run, ARGS)
-    addr, rkey = peer.advertised(main_run.server)
+    pairs.both_ok(build, rdma, PROG, main_run, ARGS)
+    addr, rkey = pairs.advertised(main_run.server)
     expect_line(main_run.client.stdout,
                 f"read {SIZE} bytes from 0x{addr} rkey 0x{rkey}",
                 "client stdout (the buffer it read must be the one the "
@@ -112,14 +112,14 @@ def test_read_past_end(build, rdma):
 
 @points(2, "peer's QP gone: the READ fails with the completion status")
 def test_qp_gone(build, rdma):
-    peer.qp_gone(build, rdma, PROG, ["-s", "4096", "-t", "10"],
+    pairs.qp_gone(build, rdma, PROG, ["-s", "4096", "-t", "10"],
                  "client reading from a QP that does not exist", length=4096,
                  addr=0x10000, rkey=0x1234)
 
 
 @points(2, "client vanishes after connecting: the server says so, exit 1")
 def test_client_vanishes(build, rdma):
-    peer.peer_vanishes(
+    pairs.peer_vanishes(
         build, rdma, PROG, ["-s", "4096", "-t", "5"],
         "server whose client left without 'done'",
         (r"out-of-band receive failed: (peer closed the connection|"
@@ -128,14 +128,14 @@ def test_client_vanishes(build, rdma):
 
 @points(1, "no server: 'cannot connect', exit 1")
 def test_no_server(build, rdma):
-    peer.no_server(build, rdma, PROG)
+    pairs.no_server(build, rdma, PROG)
 
 
 @points(1, "unknown host: 'cannot resolve', exit 1")
 def test_bad_host(build, rdma):
-    peer.bad_host(build, PROG)
+    pairs.bad_host(build, PROG)
 
 
 @points(1, "bad GID index: named, exit 1")
 def test_bad_gid(build, rdma):
-    peer.bad_gid(build, PROG)
+    pairs.bad_gid(build, PROG)

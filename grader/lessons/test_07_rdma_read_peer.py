@@ -1,4 +1,4 @@
-"""Lesson 07 against the course's reference peer (grader/trusted/peer.py).
+"""Lesson 07 against the course's reference peer (grader/evidence/trusted/peer.py).
 
 - The student's client reads from the reference server, which serves the
   pattern with one byte changed at a random offset (fresh per run, told to
@@ -14,7 +14,7 @@
 import pytest
 
 from grader import GradeFailure, expect_line, points
-from grader.trusted.run import (client_vs_peer, expect_owner, expect_peer_ok,
+from grader.evidence.trusted.run import (client_vs_peer, expect_owner, expect_peer_ok,
                                 rand_between, server_vs_peer)
 
 PROG = "rdma_read"

@@ -1,4 +1,4 @@
-"""Lesson 08 against the course's reference peer (grader/trusted/peer.py,
+"""Lesson 08 against the course's reference peer (grader/evidence/trusted/peer.py,
 rdma_cm through pyverbs.cmid).
 
 - The student's cm_client meets the reference server. After DONE the server
@@ -15,7 +15,7 @@ rdma_cm through pyverbs.cmid).
 import pytest
 
 from grader import GradeFailure, expect_line, points
-from grader.trusted.run import (after, expect_owner, expect_peer_ok,
+from grader.evidence.trusted.run import (after, expect_owner, expect_peer_ok,
                                 peer_host, rand_between, start_client,
                                 start_server, verdict)
 

@@ -43,7 +43,7 @@ from pathlib import Path
 import pytest
 
 from grader import GradeFailure, expect, points
-from grader.harness import leak_checker, run
+from grader.core.harness import leak_checker, run
 
 PROG = "failures"
 T = "5"                     # --timeout: an experiment's waits

@@ -7,7 +7,7 @@ async events.
 
 Evidence:
   - the data: each side against the course's reference peer for lesson 05
-    (grader/trusted/peer.py), which checks every message in its own memory;
+    (grader/evidence/trusted/peer.py), which checks every message in its own memory;
     the kernel says the QP the program named is its own;
   - event mode really sleeps on the channel: the interposer (verbs_spy.so)
     records the program's ibv_req_notify_cq() and ibv_get_cq_event() calls;
@@ -40,11 +40,11 @@ from pathlib import Path
 import pytest
 
 from grader import GradeFailure, expect, expect_line, expect_match, points
-from grader.interpose import Spy, build_interposer
-from grader.peer import clean_failure, host
-from grader.trusted.run import (expect_owner, expect_peer_ok, rand_between,
+from grader.evidence.interpose import Spy, build_interposer
+from grader.session.pairs import clean_failure, host
+from grader.evidence.trusted.run import (expect_owner, expect_peer_ok, rand_between,
                                 start_client, start_server, verdict)
-from grader import peer
+from grader.session import pairs
 
 PROG = "events"
 T = "10"
@@ -157,7 +157,7 @@ def test_lost_wakeup(build, rdma):
     res, pid, v = _vs_server(build, rdma, "event", iters, size, spy.env,
                              t="3")
     how = (f"{spy.describe()} {build.command(PROG, '--port', 'PORT', *_args('event', iters, size, '3'), host(rdma))}"
-           f" (against grader/trusted/peer.py 05 server)")
+           f" (against grader/evidence/trusted/peer.py 05 server)")
     if res.returncode != 0:
         raise GradeFailure(
             f"with ibv_req_notify_cq() slowed down by 30 ms, the answer "
@@ -323,7 +323,7 @@ def test_port_down(build, rdma):
 
 @points(2, "peer's QP gone: the completion error, exit 1")
 def test_qp_gone(build, rdma):
-    peer.qp_gone(build, rdma, PROG, ["--mode", "event", "-s", "64", "-t",
+    pairs.qp_gone(build, rdma, PROG, ["--mode", "event", "-s", "64", "-t",
                                      T], "client (--mode event) sending to "
                  "a QP that does not exist", length=64)
 

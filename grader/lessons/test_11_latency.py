@@ -12,7 +12,7 @@ with perftest). What is checked:
   rdma_sends and rdma_recvs move by exactly 2 x (warm-up + N) (both sides
   run on the one device); for UDP they do not move at all (and neither do
   sent_pkts/rcvd_pkts), and the reference UDP server
-  (grader/trusted/udp_echo.py) echoes every datagram itself;
+  (grader/evidence/trusted/udp_echo.py) echoes every datagram itself;
 - the timings are measured: the reference UDP server holds each datagram
   for a random delay before it answers, so no honest round trip is
   shorter than that delay.
@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 
 from grader import GradeFailure, expect, expect_match, points
-from grader import peer
-from grader import harness
-from grader.trusted.run import rand_between, verdict
+from grader.session import pairs
+from grader.core import harness
+from grader.evidence.trusted.run import rand_between, verdict
 
 PROG = "latency"
 T = "5"         # any one wait (a connection, a completion, a datagram): a
@@ -44,7 +44,7 @@ CSV = "samples.csv"
 SUMMARY = (r"^rtt (udp|rdma|rdma-write) (\d+) bytes: min ([\d.]+) p50 "
            r"([\d.]+) p90 ([\d.]+) p99 ([\d.]+) max ([\d.]+) us "
            r"\((\d+) round trips\)$")
-UDP_ECHO = Path(__file__).resolve().parents[1] / "trusted" / "udp_echo.py"
+UDP_ECHO = Path(__file__).resolve().parents[1] / "evidence" / "trusted" / "udp_echo.py"
 
 
 def host(rdma):
@@ -227,13 +227,13 @@ def test_usage(build):
 
 @points(1, "rdma, no server: 'cannot connect', exit 1")
 def test_no_server(build, rdma):
-    peer.no_server(build, rdma, PROG)
+    pairs.no_server(build, rdma, PROG)
 
 
 @points(1, "udp, no server: round trip 0 fails, exit 1")
 def test_udp_no_server(build, rdma):
-    args = ("--udp", "--port", peer.free_port(), "-t", "1", "-n", "3",
+    args = ("--udp", "--port", pairs.free_port(), "-t", "1", "-n", "3",
             "--warmup", "0", host(rdma))
     res = build.run(PROG, *args, timeout=30)
-    peer.clean_failure(res, build.command(PROG, *args), 20)
+    pairs.clean_failure(res, build.command(PROG, *args), 20)
     expect_match(res.stderr, r"^round trip 0: ", "stderr")

@@ -5,7 +5,7 @@ The server (no HOST) serves one region - counter, lock, tail, log[] - to
 appends of its QP number to the log under a compare-and-swap spinlock.
 
 Evidence:
-- The reference server (grader/trusted/peer.py 12 server), with a fresh
+- The reference server (grader/evidence/trusted/peer.py 12 server), with a fresh
   random --start, serves 2 and then 4 of the program's clients at once and
   reads the counter, the lock, the tail and the log in its own memory; the
   kernel (`rdma resource show qp`) says whose QPs connected to it.
@@ -26,8 +26,8 @@ from contextlib import ExitStack
 import pytest
 
 from grader import GradeFailure, expect, expect_match, points
-from grader import peer
-from grader.trusted.run import (expect_peer_ok, rand_between, start_client,
+from grader.session import pairs
+from grader.evidence.trusted.run import (expect_peer_ok, rand_between, start_client,
                                 start_server, verdict)
 
 PROG = "atomics"
@@ -180,15 +180,15 @@ def test_unaligned(build, rdma):
         cli = build.run(PROG, "--port", server.port, "-n", "1", "-t", "3",
                         "--offset", "4", host(rdma))
         srv = server.wait(timeout=30)
-    peer.clean_failure(cli, "client whose fetch-and-add is 4 bytes off", 20)
+    pairs.clean_failure(cli, "client whose fetch-and-add is 4 bytes off", 20)
     expect_match(cli.stderr, r"^ibv_post_send failed: Invalid argument$",
                  "client stderr")
-    peer.clean_failure(srv, "server whose client failed", 20)
+    pairs.clean_failure(srv, "server whose client failed", 20)
 
 
 @points(1, "no server: 'cannot connect', exit 1")
 def test_no_server(build, rdma):
-    peer.no_server(build, rdma, PROG)
+    pairs.no_server(build, rdma, PROG)
 
 
 @points(1, "bad command line: usage, exit 2")

@@ -70,7 +70,7 @@ def grade_tree(tree, tmp_path_factory, lessons=None):
     out = tmp_path_factory.mktemp("grade-" + str(tree).replace("/", "_"))
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini", "--rootdir", ".",
-         "-p", "grader.plugin", "-qq", "--tb=no", "-rN", "--color=no",
+         "-p", "grader.session.plugin", "-qq", "--tb=no", "-rN", "--color=no",
          "grader/lessons", f"--src={tree}", f"--results={out}/results.json",
          f"--transcripts={out}/transcripts",
          *([f"--lesson={','.join(lessons)}"] if lessons else [])],

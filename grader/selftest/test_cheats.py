@@ -123,7 +123,7 @@ def test_every_cheat_class_has_its_tree():
 def test_cheats_compile():
     """Compile the cheats here (on the host: fast); the device test's grader
     reuses the builds."""
-    from grader.build import compile_lesson
+    from grader.core.build import compile_lesson
     for lesson in make_tree():
         res = compile_lesson(COURSE, TREE, lesson)
         assert not res["missing"], f"{TREE}/{lesson}: no such lesson"
@@ -154,7 +154,7 @@ def test_each_cheat_loses_exactly_what_it_fakes(tmp_path):
     junit = tmp_path / "junit.xml"
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini",
-         "--rootdir", ".", "-p", "grader.plugin", "-qq", "--tb=no", "-rN",
+         "--rootdir", ".", "-p", "grader.session.plugin", "-qq", "--tb=no", "-rN",
          "--color=no", *nodes, f"--src={TREE}", f"--junitxml={junit}",
          f"--transcripts={tmp_path}/transcripts"],
         cwd=COURSE, capture_output=True, text=True, timeout=850)

@@ -221,7 +221,7 @@ def test_common_failures_table_is_the_symptoms(lesson):
     rendered from lesson.toml's [[symptom]] entries (python3 -m grader
     symptoms --write NN rewrites it). A lesson with neither the section
     nor symptoms has nothing to check."""
-    from grader import symptoms
+    from grader.session import symptoms
     syms = symptoms.load(meta(lesson), f"{lesson.name}/lesson.toml")
     table = symptoms.readme_table((lesson / "README.md").read_text())
     if table is None:

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from grader import harness
-from grader.harness import GradeFailure
+from grader.core import harness
+from grader.core.harness import GradeFailure
 
 
 def test_hang_is_killed_at_the_timeout(badprogs):

@@ -1,9 +1,9 @@
-"""The interposer the lesson tests preload (grader/interpose/verbs_spy.c)
+"""The interposer the lesson tests preload (grader/evidence/interpose/verbs_spy.c)
 builds warning-free, here on the host, so that the device half reuses it."""
 
 from conftest import COURSE
 
-from grader.interpose import build_interposer
+from grader.evidence.interpose import build_interposer
 
 
 def test_interposer_builds():

@@ -7,7 +7,7 @@ import subprocess
 
 from conftest import COURSE
 
-LINT = COURSE / "grader" / "lint.sh"
+LINT = COURSE / "grader" / "selftest" / "lint.sh"
 
 
 def lint(where):
@@ -17,7 +17,7 @@ def lint(where):
 
 def test_the_course_is_lint_clean():
     res = lint(COURSE)
-    assert res.returncode == 0, (f"grader/lint.sh found problems (fix them, "
+    assert res.returncode == 0, (f"grader/selftest/lint.sh found problems (fix them, "
                                  f"then run make lint):\n{res.stdout}{res.stderr}")
     assert "lint: clean" in res.stdout
 

@@ -97,7 +97,7 @@ def all_mutants():
 
 
 def _symptoms(num):
-    from grader import symptoms
+    from grader.session import symptoms
     return {s.id: s for s in symptoms.load(_meta(LESSONS[num]))}
 
 
@@ -121,7 +121,7 @@ def test_mutants_compile():
     time; a tree whose inputs did not change is not compiled again); the
     device test reuses the builds."""
     from concurrent.futures import ThreadPoolExecutor
-    from grader.build import compile_lesson
+    from grader.core.build import compile_lesson
     mutants = all_mutants()
     for m in mutants:
         m.make_tree()
@@ -136,7 +136,7 @@ def test_mutants_compile():
 
 def _pytest_args(m, out):
     return ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir", str(COURSE),
-            "-p", "grader.plugin", "-qq", "--tb=no", "-rN", "--color=no",
+            "-p", "grader.session.plugin", "-qq", "--tb=no", "-rN", "--color=no",
             "-p", "no:cacheprovider", *m.nodes(), f"--src={m.tree}",
             *(["--prebuilt"] if m.device else []), f"--lesson={m.num}",
             f"--results={out}/results.json",
@@ -207,7 +207,7 @@ def _preimport(mutants):
     """Import the grader and the mutants' lessons' test modules once, here,
     as pytest would (rootdir-relative, `prepend`): every fork reuses them."""
     import importlib
-    import grader.plugin  # noqa: F401
+    import grader.session.plugin  # noqa: F401
     lessons = str(COURSE / "grader" / "lessons")
     if lessons not in sys.path:
         sys.path.insert(0, lessons)

@@ -122,7 +122,7 @@ def course(tmp_path_factory):
 
 def grade(course, *args, src=None):
     cmd = [sys.executable, "-m", "pytest", "-c", str(COURSE / "grader/pytest.ini"),
-           "--rootdir", str(course), "-p", "grader.plugin", "-qq", "--tb=no",
+           "--rootdir", str(course), "-p", "grader.session.plugin", "-qq", "--tb=no",
            "-rN", "--color=no", str(course / "grader/lessons"),
            "--course-root", str(course), "--src", str(src or course / "skeletons"),
            "--transcripts", str(course / "transcripts"), *args]
@@ -322,7 +322,7 @@ def test_make_hint_starts_at_the_first_hint_after_causes(tmp_path, monkeypatch,
     """A failure that showed likely causes did not show the test's first
     hint: make hint gives that one next (and says which causes were
     shown); after a failure that showed the first hint, the second."""
-    from grader import hint
+    from grader.run import hint
     monkeypatch.setattr(hint, "SHOWN", tmp_path / "hints.json")
     monkeypatch.setattr(hint, "STATUS", tmp_path / "status.json")
     status = {"03-queue-pairs": {"first_failing_test": "test_state_sequence",

@@ -16,7 +16,7 @@ from conftest import COURSE
 
 pytestmark = pytest.mark.instructor
 sys.path.insert(0, str(COURSE))
-from grader import studentrepo  # noqa: E402
+from grader.classroom import studentrepo  # noqa: E402
 
 WORKFLOW = ".github/workflows/grade.yml"
 

@@ -1,10 +1,11 @@
-"""grader/symptoms.py on its own: the evidence a failed test leaves, how
+"""grader/session/symptoms.py on its own: the evidence a failed test leaves, how
 symptoms match and rank, and the README table they render."""
 
 import pytest
 
-from grader import harness, symptoms
-from grader.rxe import Counters
+from grader.core import harness
+from grader.session import symptoms
+from grader.evidence.rxe import Counters
 
 
 def _load(toml_entries):

@@ -14,7 +14,7 @@
 #                      output lines are prefixed "A| " and "B| "; exits with
 #                      the first non-zero status (A's, then B's), naming it.
 #                      An empty CMD_B: B runs the commands A's root hands it
-#                      in RDMA_PEER_JOBS (grader/remote.py), until A's ends
+#                      in RDMA_PEER_JOBS (grader/evidence/remote.py), until A's ends
 #   --accel            say which accelerator a run would use and why (the
 #                      KVM boot probe's verdict), run nothing
 #   --up               start a warm VM for this course tree (make vm-up): later

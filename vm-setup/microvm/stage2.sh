@@ -86,7 +86,7 @@ else
 fi
 [ -n "${PEER_IP:-}" ] && rdma_env+="; export RDMA_PEER_IP=$PEER_IP RDMA_HOST=$PAIR_HOST"
 # B serves A (with-rxe --pair CMD_A ''): A's root hands B commands as jobs
-# in the meeting directory (grader/remote.py), which A's sandboxed programs
+# in the meeting directory (grader/evidence/remote.py), which A's sandboxed programs
 # see read-only.
 [ "$PAIR_HOST" = A ] && [ -e "$PAIR_MEET/B.serves" ] &&
 	rdma_env+="; export RDMA_PEER_JOBS=$PAIR_MEET/jobs"
@@ -95,7 +95,7 @@ cd "$CWD" || fail "cannot cd to $CWD"
 
 # A warm VM (run.sh --up) serves commands from $RUN/jobs/ID/ (warm.sh is the
 # other side), host B of a serving pair from $PAIR_MEET/jobs/ID/ (A's
-# grader/remote.py): spec.sh and env.sh, then "go"; it writes stdout, stderr
+# grader/evidence/remote.py): spec.sh and env.sh, then "go"; it writes stdout, stderr
 # and, last, rc. "kill" in the job directory ends the command's session, and
 # so does a "lease" file its client stopped touching for 3 s (a client killed
 # with SIGKILL). Between commands nothing of the last one is left: its
@@ -174,7 +174,7 @@ if [ "$INTERACTIVE" = 1 ]; then
 		rc_opt=(--rcfile /run/rxe-vm-bashrc)
 		cat >/run/rxe-vm-bashrc <<-RC
 			[ -f ~/.bashrc ] && . ~/.bashrc
-			b() { python3 "$COURSE_DIR/grader/remote.py" "\$RDMA_PEER_JOBS" -- bash -c "\$*" 2>&1 | sed -u 's/^/B| /'; }
+			b() { python3 "$COURSE_DIR/grader/evidence/remote.py" "\$RDMA_PEER_JOBS" -- bash -c "\$*" 2>&1 | sed -u 's/^/B| /'; }
 		RC
 		echo "rxe-vm: host A ($RDMA_IP) of two; host B is $RDMA_PEER_IP. 'b CMD' runs CMD on B, for example:"
 		echo "rxe-vm:   b 'ibv_rc_pingpong -g \$RDMA_GID_INDEX' &  sleep 2; ibv_rc_pingpong -g \$RDMA_GID_INDEX \$RDMA_PEER_IP"

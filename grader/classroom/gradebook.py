@@ -1,0 +1,703 @@
+"""python3 -m grader grade-class (make grade-class): grade every submission
+of a class into a gradebook.
+
+    python3 -m grader grade-class --submissions DIR --out DIR [--jobs N]
+        [--lesson L] [--deadline ISO-TIME] [--force] [--roster FILE]
+        [--batch N] [--timeout S]
+
+A submission is a subdirectory of DIR per student: a tree shaped like
+skeletons/, or a clone of the student repository (its skeletons/ is graded;
+with --deadline, at its last commit before the deadline).
+
+Built on grade.py's way of grading: the integrity check, compiling every
+lesson on the host (grader/core/build.py), then pytest with the grader plugin and
+--prebuilt where a device exists. What this adds is amortising the VM:
+
+  - a batch of up to --batch submissions is graded in one micro-VM boot by
+    `python3 -m grader class-run SPEC` (run_batch below), which imports pytest
+    and the grader once and forks one fresh pytest session per submission:
+    a submission's programs, its sandbox and its time budget are its own,
+    and whatever it left is killed before the next one starts;
+  - --jobs VMs run side by side, each taking the next batch.
+
+Per student, OUT/<student>/ holds results.json (Gradescope's shape),
+junit.xml, summary.json, console.log (what make grade would have printed),
+transcripts/ and row.json; OUT/gradebook.csv has one row per student. A
+re-run keeps rows already graded (same commit) unless --force. An
+infrastructure failure (the VM did not boot, the grader died) is retried
+once, then marked infra-error: never scored as the student's 0.
+"""
+
+import argparse
+import collections
+import csv
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from grader.core.build import compile_lesson
+from grader.core.course import (COURSE, lesson_names, needs_device,
+                                parse_lessons)
+from grader.run.grade import (integrity_ok, prepare_grader,
+                    pytest_args)
+
+STATUSES = ("graded", "build-failed", "timed-out", "infra-error", "empty")
+DONE = {"graded", "build-failed", "timed-out", "empty"}   # not graded again
+DEFAULT_TIMEOUT = 1200      # seconds for one submission's whole grading
+CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+ROSTER_DIR_COLUMNS = ("Submission", "Directory", "Login")
+
+
+# ---- a submission: which tree, which commit ----------------------------------
+
+def _git(repo, *args, timeout=60):
+    return subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo),
+                           *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def resolve(sub, work, deadline):
+    """(tree to grade or None, commit, commit time, note) of submission
+    directory `sub`. A git clone with a deadline is exported at its last
+    commit before it into `work`."""
+    if (sub / ".git").exists():
+        spec = ["-1", "--format=%H %cI"] + ([f"--before={deadline}"]
+                                            if deadline else []) + ["HEAD"]
+        res = _git(sub, "log", *spec)
+        line = res.stdout.strip()
+        if res.returncode != 0 or not line:
+            if deadline:
+                return None, "", "", f"no commit before {deadline}"
+            return None, "", "", "a git repository without commits"
+        commit, when = line.split(" ", 1)
+        tree = sub
+        if deadline:
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
+            arch = subprocess.run(
+                f"git -c safe.directory='*' -C '{sub}' archive --format=tar "
+                f"{commit} | tar -x -C '{work}'", shell=True,
+                capture_output=True, text=True, timeout=300)
+            if arch.returncode != 0:
+                return None, commit, when, "git archive failed: " + \
+                    arch.stderr.strip()[-200:]
+            tree = work
+        src = tree / "skeletons" if (tree / "skeletons").is_dir() else tree
+        return src, commit, when, ""
+    note = "no git history: DEADLINE not applied" if deadline else ""
+    src = sub / "skeletons" if (sub / "skeletons").is_dir() else sub
+    return src, "", "", note
+
+
+def changed_lessons(src, names):
+    """The lessons of `names` for which SRC has a .c/.h file that is not
+    byte for byte the course's skeleton."""
+    changed = []
+    for name in names:
+        d = src / name
+        if not d.is_dir():
+            continue
+        for f in d.iterdir():
+            if f.suffix not in (".c", ".h") or not f.is_file():
+                continue
+            skel = COURSE / "skeletons" / name / f.name
+            if not skel.is_file() or skel.read_bytes() != f.read_bytes():
+                changed.append(name)
+                break
+    return changed
+
+
+# ---- in the VM: grading a batch, one pytest session per submission -----------
+
+def _cgroup_root():
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        f = line.split()
+        if f[2] == "cgroup2":
+            return Path(f[1])
+    return None
+
+
+def _descendants(pid):
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                parent[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        found += kids
+        todo += kids
+    return found
+
+
+def _kill_cgroup(cg):
+    if cg is None or not cg.is_dir():
+        return
+    try:
+        (cg / "cgroup.kill").write_text("1")
+    except OSError:
+        return
+    deadline = time.monotonic() + 10
+    for sub in sorted(cg.rglob("*"), key=lambda p: -len(p.parts)):
+        if sub.is_dir():
+            try:
+                sub.rmdir()
+            except OSError:
+                pass
+    while time.monotonic() < deadline:
+        try:
+            cg.rmdir()
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
+def _end_session(pid, cg):
+    """Kill everything of the pytest session `pid`: its processes (its
+    cgroup, or its process tree), its sandbox's cgroup and mount."""
+    for p in [pid, *_descendants(pid)]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _kill_cgroup(cg)
+    root = _cgroup_root()
+    if root is not None:
+        _kill_cgroup(root / f"rdma-grade.{pid}")
+    ns = Path("/run/rdma-course-grade") / f"mnt.{pid}"
+    if ns.exists():
+        subprocess.run(["umount", str(ns)], capture_output=True)
+        ns.unlink(missing_ok=True)
+    shutil.rmtree(Path(os.environ.get("TMPDIR", "/tmp"))
+                  / f"rdma-grade-scratch.{pid}", ignore_errors=True)
+
+
+def _session_cgroup(name):
+    """A cgroup for one pytest session (root only), or None."""
+    if os.geteuid() != 0:
+        return None
+    root = _cgroup_root()
+    if root is None:
+        return None
+    cg = root / f"rdma-class.{os.getpid()}" / name
+    try:
+        cg.mkdir(parents=True, exist_ok=True)
+        return cg
+    except OSError:
+        return None
+
+
+def _warm_imports():
+    """Import once what every pytest session imports: the sessions are
+    forked from here (importing pytest costs seconds under emulation)."""
+    import importlib
+
+    import pytest  # noqa: F401
+    from _pytest.config import default_plugins
+    for name in default_plugins:
+        try:
+            importlib.import_module("_pytest." + name)
+        except ImportError:
+            pass
+    for name in ("pytest_timeout", "grader.session.pairs", "grader.evidence.trusted.run",
+                 "grader.evidence.interpose"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+BUILD_WAIT = 1800           # seconds the runner waits for a submission's build
+
+
+def _wait_for(path, secs):
+    deadline = time.monotonic() + secs
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def run_batch(spec_path):
+    """python3 -m grader class-run SPEC: grade the batch SPEC describes,
+    printing `class-run: begin NAME` and `class-run: end NAME rc=N
+    killed=0|1 secs=S` for each."""
+    spec = json.loads(Path(spec_path).read_text())
+    os.chdir(COURSE)
+    _warm_imports()
+    import pytest
+    print("class-run: ready", flush=True)
+    for item in spec["items"]:
+        out = Path(item["out"])
+        out.mkdir(parents=True, exist_ok=True)
+        if not _wait_for(Path(item["built"]), BUILD_WAIT):
+            print(f"class-run: lost {item['name']}: its builds did not "
+                  f"come within {BUILD_WAIT} s", flush=True)
+            continue
+        args = pytest_args(item["src"], out / "results.json",
+                                 lesson=item["lesson"],
+                                 junit=out / "junit.xml",
+                                 transcripts=out / "transcripts")
+        # grader.session.plugin was imported here already (the grader package
+        # imports it): pytest cannot rewrite its asserts, which it does
+        # not need, and would say so in every console.log.
+        args += [f"--summary={out / 'summary.json'}",
+                 "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+        print(f"class-run: begin {item['name']}", flush=True)
+        cg = _session_cgroup(f"s{spec['items'].index(item)}")
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                os.setsid()
+                if cg is not None:
+                    (cg / "cgroup.procs").write_text(str(os.getpid()))
+                fd = os.open(out / "console.log",
+                             os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                code = int(pytest.main(args))
+            except BaseException as e:      # noqa: BLE001 - child's last word
+                print(f"class-run: the grader failed: {e!r}", flush=True)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        deadline = t0 + float(spec.get("timeout", DEFAULT_TIMEOUT))
+        killed, rc = 0, None
+        while rc is None:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                rc = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                killed = 1
+                _end_session(pid, cg)
+                rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+                break
+            time.sleep(0.1)
+        _end_session(pid, cg)
+        print(f"class-run: end {item['name']} rc={rc} killed={killed} "
+              f"secs={time.monotonic() - t0:.1f}", flush=True)
+    if os.geteuid() == 0 and _cgroup_root() is not None:
+        _kill_cgroup(_cgroup_root() / f"rdma-class.{os.getpid()}")
+    return 0
+
+
+# ---- on the host: the class ----------------------------------------------------
+
+class Sub:
+    def __init__(self, name, path):
+        self.name, self.path = name, path
+        self.src = None
+        self.commit = self.when = self.note = ""
+        self.lessons = []           # lessons with work in them
+        self.compiled = {}          # lesson -> compile_lesson() dict
+        self.attempts = 0
+        self.requeued = 0
+
+
+class Gradebook:
+    def __init__(self, args):
+        self.args = args
+        self.out = Path(args.out).resolve()
+        self.subdir = Path(args.submissions).resolve()
+        self.names = (parse_lessons(args.lesson) if args.lesson
+                      else lesson_names(COURSE, COURSE))
+        self.exercises = [n for n in self.names
+                          if (COURSE / "skeletons" / n).is_dir()]
+        self.lock = threading.Lock()
+        self.queue = collections.deque()
+        self.rows = {}
+        self.done = self.total = self.started_n = 0
+        self.counts = collections.Counter()
+        self.t0 = time.monotonic()
+        self.work = None
+        self.live = set()
+        self.graded_now = 0
+
+    # -- progress --
+    def progress(self, final=False):
+        with self.lock:
+            done, total = self.done, self.total
+            elapsed = time.monotonic() - self.t0
+            eta = ""
+            if self.started_n and done < total and self.graded_now \
+                    and elapsed > 1:
+                # Wall time per submission so far, JOBS at a time.
+                left = elapsed / self.graded_now * (total - done)
+                eta = f", ETA {int(left // 60)}m{int(left % 60):02d}s"
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            line = (f"grade-class: {done}/{total} done ({counts or 'none yet'})"
+                    f", {int(elapsed)}s{eta}")
+        if sys.stderr.isatty():
+            print("\r" + line + "\033[K", end="\n" if final else "",
+                  file=sys.stderr, flush=True)
+        elif not final:
+            print(line, file=sys.stderr, flush=True)
+
+    # -- rows --
+    def write_row(self, sub, status, points, maxes, note=""):
+        row = {"student": sub.name, "status": status, "points": points,
+               "max": maxes, "total": sum(points.values()),
+               "max_total": sum(maxes.values()), "commit": sub.commit,
+               "commit_time": sub.when,
+               "graded_at": datetime.datetime.now().astimezone()
+               .isoformat(timespec="seconds"),
+               "note": "; ".join(x for x in (sub.note, note) if x)}
+        d = self.out / sub.name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "row.json").write_text(json.dumps(row, indent=2) + "\n")
+        with self.lock:
+            self.rows[sub.name] = row
+            self.done += 1
+            self.counts[status] += 1
+            if status != "empty":
+                self.graded_now += 1
+        self.progress()
+
+    def finish(self, sub, where, rc, killed):
+        """Turn a finished session's files (in `where`) into the row."""
+        d = self.out / sub.name
+        d.mkdir(parents=True, exist_ok=True)
+        for f in ("results.json", "junit.xml", "summary.json", "console.log"):
+            if (where / f).exists():
+                shutil.copyfile(where / f, d / f)
+        shutil.rmtree(d / "transcripts", ignore_errors=True)
+        if (where / "transcripts").is_dir():
+            shutil.copytree(where / "transcripts", d / "transcripts")
+        try:
+            summary = json.loads((where / "summary.json").read_text())["lessons"]
+        except (OSError, ValueError, KeyError):
+            summary = None
+        if summary is None:
+            if killed:
+                self.write_row(sub, "timed-out", {}, {},
+                               f"grading did not finish within "
+                               f"{self.args.timeout} s and was stopped")
+                return True
+            return False        # no results: the grader did not run through
+        points = {n: v["got"] for n, v in summary.items()}
+        maxes = {n: v["total"] for n, v in summary.items()}
+        failed = [n for n in sub.lessons if sub.compiled.get(n, {}).get("rc")
+                  and not sub.compiled[n].get("missing")]
+        hung = [n for n, v in summary.items() if v.get("hung")]
+        notes = []
+        if failed:
+            notes.append("does not compile: " + ", ".join(failed))
+        if hung:
+            notes.append("a program hung: " + ", ".join(hung))
+        status = ("build-failed" if failed else
+                  "timed-out" if hung or killed else "graded")
+        if killed:
+            notes.append(f"stopped after {self.args.timeout} s")
+        self.write_row(sub, status, points, maxes, "; ".join(notes))
+        return True
+
+    # -- one batch in one VM --
+    def run_batch(self, batch, jobno):
+        where = Path(tempfile.mkdtemp(prefix=f"class.{jobno}.",
+                                      dir=self.work))
+        os.chmod(where, 0o755)
+        items = [{"name": s.name, "src": str(s.src), "out": str(where / s.name),
+                  "lesson": ",".join(s.lessons),
+                  "built": str(where / f"{s.name}.built")} for s in batch]
+        spec = where / "spec.json"
+        spec.write_text(json.dumps({"items": items,
+                                    "timeout": self.args.timeout}))
+        needs_vm = any(needs_device(n) for s in batch for n in s.lessons)
+        cmd = ([str(COURSE / "vm-setup" / "with-rxe")] if needs_vm else []) + \
+            [sys.executable, "-m", "grader", "class-run", str(spec)]
+        env = dict(os.environ, RXE_VM_TIMEOUT=str(
+            len(batch) * self.args.timeout + 300))
+        ended, begun, ready = {}, None, False
+        self_infra = []
+        log = where / "vm.log"
+        with open(log, "w") as logf:
+            proc = subprocess.Popen(cmd, cwd=COURSE, env=env, text=True,
+                                    stdout=subprocess.PIPE, stderr=logf,
+                                    stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            with self.lock:
+                self.live.add(proc)
+            # The VM boots while the host compiles: each submission's
+            # marker file tells the runner its builds are there.
+            compiler = threading.Thread(target=self.compile_batch,
+                                        args=(batch, items), daemon=True)
+            compiler.start()
+            byname = {s.name: s for s in batch}
+            for line in proc.stdout:
+                logf.write(line)
+                logf.flush()
+                w = line.split()
+                if line.startswith("class-run: ready"):
+                    ready = True
+                elif line.startswith("class-run: begin") and len(w) >= 3:
+                    begun = w[2]
+                elif line.startswith("class-run: end") and len(w) >= 5:
+                    kv = dict(x.split("=", 1) for x in w[3:] if "=" in x)
+                    ended[w[2]] = kv
+                    begun = None
+                    sub = byname[w[2]]
+                    if not self.finish(sub, where / sub.name,
+                                       kv.get("rc"), kv.get("killed") == "1"):
+                        self_infra.append(sub)
+                        self.retry(sub, "the grader wrote no results "
+                                   f"(exit {kv.get('rc')})")
+            rc = proc.wait()
+            compiler.join()
+            with self.lock:
+                self.live.discard(proc)
+        for sub in batch:
+            if sub.name in ended:
+                continue
+            if sub.name == begun or not ready:
+                why = (f"the VM stopped while grading it (exit {rc})"
+                       if ready else f"the VM did not start (exit {rc})")
+                self_infra.append(sub)
+                self.retry(sub, why)
+            else:                       # not started: no fault of its own
+                sub.requeued += 1
+                if sub.requeued > 3:
+                    self_infra.append(sub)
+                    self.retry(sub, "its batch never reached it")
+                    continue
+                with self.lock:
+                    self.queue.append(sub)
+        if self_infra:
+            dest = self.out / "infra-logs"
+            dest.mkdir(exist_ok=True)
+            shutil.copyfile(log, dest / f"{where.name}.log")
+        if os.environ.get("GRADE_CLASS_KEEP") != "1":
+            shutil.rmtree(where, ignore_errors=True)
+
+    def compile_batch(self, batch, items):
+        for sub, item in zip(batch, items):
+            try:
+                for name in sub.lessons:
+                    sub.compiled[name] = compile_lesson(COURSE, sub.src, name)
+            finally:
+                Path(item["built"]).write_text("")
+
+    def retry(self, sub, why):
+        sub.attempts += 1
+        if sub.attempts < 2:
+            with self.lock:
+                self.queue.append(sub)
+            return
+        self.write_row(sub, "infra-error", {}, {},
+                       f"{why}; tried twice, not scored "
+                       f"(see {self.out / 'infra-logs'})")
+
+    def worker(self, jobno):
+        while True:
+            with self.lock:
+                if not self.queue:
+                    return
+                left = len(self.queue)
+                n = min(self.args.batch, max(1, -(-left // self.args.jobs)))
+                batch = [self.queue.popleft() for _ in range(min(n, left))]
+            try:
+                self.run_batch(batch, jobno)
+            except Exception as e:      # noqa: BLE001 - the class goes on
+                for sub in batch:
+                    if sub.name not in self.rows:
+                        self.retry(sub, f"the batch failed: {e!r}")
+
+    # -- the whole class --
+    def run(self):
+        if not self.subdir.is_dir():
+            print(f"SUBMISSIONS={self.args.submissions}: no such directory",
+                  file=sys.stderr)
+            return 2
+        if self.out.is_relative_to(self.subdir) or \
+                self.subdir.is_relative_to(self.out):
+            print(f"OUT={self.args.out} and SUBMISSIONS="
+                  f"{self.args.submissions} must be apart (neither inside "
+                  f"the other): a student's directory in OUT is made afresh",
+                  file=sys.stderr)
+            return 2
+        if not integrity_ok():
+            return 2
+        prepare_grader()
+        self.out.mkdir(parents=True, exist_ok=True)
+        outs = COURSE / "build" / "grade-out"
+        outs.mkdir(parents=True, exist_ok=True)
+        self.work = Path(tempfile.mkdtemp(prefix="class.", dir=outs))
+        os.chmod(self.work, 0o755)
+        subs = [Sub(p.name, p) for p in sorted(self.subdir.iterdir())
+                if p.is_dir() and not p.name.startswith(".")]
+        self.total = len(subs)
+        skipped = 0
+        try:
+            for sub in subs:
+                old = self._old_row(sub.name)
+                sub.src, sub.commit, sub.when, sub.note = resolve(
+                    sub.path, self.work / "trees" / sub.name,
+                    self.args.deadline)
+                if old and not self.args.force and old["status"] in DONE \
+                        and old.get("commit", "") == sub.commit:
+                    self.rows[sub.name] = old
+                    self.done += 1
+                    self.counts["kept"] += 1
+                    skipped += 1
+                    continue
+                sub.lessons = (changed_lessons(sub.src, self.exercises)
+                               if sub.src else [])
+                # Lessons without a skeleton (00: the device) are graded
+                # with any submission that has work.
+                # What an earlier grading of this student left goes.
+                shutil.rmtree(self.out / sub.name, ignore_errors=True)
+                if sub.lessons:
+                    sub.lessons = sorted(set(sub.lessons) | {
+                        n for n in self.names if n not in self.exercises})
+                    self.queue.append(sub)
+                else:
+                    self.write_row(sub, "empty", {}, {}, "" if sub.src else
+                                   "nothing to grade")
+            self.started_n = len(self.queue)
+            if skipped:
+                print(f"grade-class: {skipped} already graded, kept (FORCE=1 "
+                      f"grades them again)", file=sys.stderr)
+            self.progress()
+            threads = [threading.Thread(target=self.worker, args=(j,))
+                       for j in range(self.args.jobs)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        except KeyboardInterrupt:
+            with self.lock:
+                self.queue.clear()
+                for p in self.live:
+                    try:
+                        os.killpg(p.pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+            raise
+        finally:
+            if os.environ.get("GRADE_CLASS_KEEP") != "1":
+                shutil.rmtree(self.work, ignore_errors=True)
+        self.progress(final=True)
+        self.write_gradebook()
+        if self.args.roster:
+            self.write_canvas(Path(self.args.roster))
+        bad = sum(1 for r in self.rows.values() if r["status"] == "infra-error")
+        print(f"gradebook: {self.out / 'gradebook.csv'}"
+              + (f" ({bad} infra-error: run again to retry them)" if bad
+                 else ""))
+        return 1 if bad else 0
+
+    def _old_row(self, name):
+        try:
+            return json.loads((self.out / name / "row.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def lesson_max(self):
+        maxes = {}
+        for row in self.rows.values():
+            for n, m in row["max"].items():
+                maxes[n] = max(maxes.get(n, 0), m)
+        return maxes
+
+    def write_gradebook(self):
+        maxes = self.lesson_max()
+        cols = sorted(set(self.names) | set(maxes))
+        path = self.out / "gradebook.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["student", *cols, "total", "max", "status", "commit",
+                        "commit_time", "note"])
+            for name in sorted(self.rows):
+                r = self.rows[name]
+                scored = r["status"] != "infra-error"
+                w.writerow([name, *[r["points"].get(c, 0 if scored else "")
+                                    for c in cols],
+                            r["total"] if scored else "",
+                            sum(maxes.values()) if maxes else "", r["status"], r["commit"],
+                            r["commit_time"], r["note"]])
+
+    def write_canvas(self, roster):
+        """Canvas's gradebook import: the roster's columns, one column per
+        lesson, a 'Points Possible' row."""
+        maxes = self.lesson_max()
+        cols = sorted(set(self.names) | set(maxes))
+        with open(roster, newline="") as f:
+            people = list(csv.DictReader(f))
+        key = next((c for c in ROSTER_DIR_COLUMNS if people and c in people[0]),
+                   None)
+        if key is None:
+            print(f"ROSTER={roster}: needs a column naming each student's "
+                  f"submission directory ({' or '.join(ROSTER_DIR_COLUMNS)})",
+                  file=sys.stderr)
+            return
+        path = self.out / "canvas.csv"
+        seen = set()
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow([*CANVAS_COLUMNS, *cols])
+            w.writerow(["Points Possible", "", "", "", "",
+                        *[maxes.get(c, "") for c in cols]])
+            for p in people:
+                row = self.rows.get(p[key])
+                seen.add(p[key])
+                scores = ["" if row is None or row["status"] == "infra-error"
+                          else row["points"].get(c, 0) for c in cols]
+                w.writerow([p.get(c, "") for c in CANVAS_COLUMNS] + scores)
+        missing = sorted(set(self.rows) - seen)
+        if missing:
+            print(f"canvas.csv: not in the roster: {', '.join(missing)}",
+                  file=sys.stderr)
+        print(f"canvas: {path}")
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="python3 -m grader grade-class",
+                                 description="grade every submission of a "
+                                             "class (make grade-class)")
+    ap.add_argument("--submissions", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--lesson", default="")
+    ap.add_argument("--deadline", default="")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--roster", default="")
+    ap.add_argument("--batch", type=int, default=8,
+                    help="submissions graded per VM boot (default 8)")
+    ap.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT,
+                    help="seconds for one submission's grading")
+    args = ap.parse_args(argv)
+    if args.deadline:
+        try:
+            datetime.datetime.fromisoformat(args.deadline)
+        except ValueError:
+            print(f"DEADLINE={args.deadline}: not an ISO time (e.g. "
+                  f"2026-12-01T23:59:00+01:00)", file=sys.stderr)
+            return 2
+    if args.jobs < 1 or args.batch < 1:
+        print("JOBS and BATCH must be at least 1", file=sys.stderr)
+        return 2
+    return Gradebook(args).run()
+
+
+def class_run_main(argv):
+    if len(argv) != 1:
+        print("usage: python3 -m grader class-run SPEC", file=sys.stderr)
+        return 2
+    return run_batch(argv[0])

@@ -1,0 +1,177 @@
+"""Compiling a lesson from a SRC tree, once, from a copy that reaches nothing
+else of the course.
+
+gcc under the micro-VM's CPU emulation is about ten times slower than on the
+host, so `make grade` compiles every lesson on the host first
+(`python3 -m grader build`), and the grader in the VM reuses that result
+(`--prebuilt`: it never reads SRC itself, so SRC may be anywhere). Either way
+the compiler's output is kept: warnings are shown, and an error costs only
+that lesson.
+
+Build hygiene: the lesson's files are copied from SRC/NN-topic/ into the build
+directory and compiled there. A submission may include its own files,
+lessons/common/, lessons/NN-topic/ and system headers; an #include that
+reaches anything else (solutions/, the grader, another tree) is refused with
+the file and the rule, and costs that lesson.
+"""
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from grader.core import harness
+from grader.core.course import COURSE, lesson_names  # noqa: F401
+SYSTEM_HEADERS = ("/usr/",)
+STAMP = ".build.json"
+
+
+def build_dir(course, src, lesson_name):
+    """build/grade/<SRC relative to the course, or ext/abs/path>/<lesson>."""
+    src = Path(src)
+    tag = (str(src.relative_to(course)) if src.is_relative_to(course)
+           else "ext" + str(src))
+    return course / "build" / "grade" / tag.replace("/", "_") / lesson_name
+
+
+def _lesson_files(src, name):
+    """SRC's files for one lesson, checked: regular files only."""
+    tree = src / name
+    files = []
+    for f in sorted(tree.iterdir()):
+        if f.is_symlink():
+            raise ValueError(f"{f} is a symbolic link; a submission's files "
+                             f"must be regular files in {tree}/")
+        if f.is_file() and f.suffix in (".c", ".h"):
+            files.append(f)
+    return files
+
+
+def _inputs_key(course, files, name):
+    h = hashlib.sha256()
+    provided = sorted((course / "lessons" / name).glob("*")) \
+        + sorted((course / "lessons" / "common").glob("*"))
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    for f in provided:
+        if f.is_file():
+            h.update(str(f.relative_to(course)).encode() + b"\0"
+                     + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _outside_includes(course, copy, name, files):
+    """The dependencies of the copied sources that the rule forbids, as
+    (source file, dependency) pairs."""
+    allowed = [os.path.realpath(p) + "/" for p in
+               (copy, course / "lessons" / "common", course / "lessons" / name)]
+    allowed += SYSTEM_HEADERS
+    bad = []
+    for f in files:
+        if f.suffix != ".c":
+            continue
+        res = subprocess.run(
+            [os.environ.get("CC", "cc"), "-M", "-Ilessons/common",
+             f"-Ilessons/{name}", str(copy / f.name)],
+            cwd=course, capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            continue        # the compile reports it, with the real message
+        deps = res.stdout.replace("\\\n", " ").split(":", 1)[-1].split()
+        for d in deps:
+            real = os.path.realpath(course / d)
+            if not any(real.startswith(a) or real + "/" == a for a in allowed):
+                bad.append((f.name, d))
+    return bad
+
+
+def compile_lesson(course, src, name, prebuilt=False):
+    """Compile lesson `name` of `src` unless an identical build exists.
+    Returns a dict: rc, stdout, stderr (the compiler's diagnostics), command,
+    missing (SRC has no such lesson). With `prebuilt`, only the record of
+    the build made on the host is read."""
+    out = build_dir(course, src, name)
+    stamp = out / STAMP
+    cmd = ["make", "-B", "--no-print-directory", "-f",
+           "lessons/common/lesson.mk", f"L={name}", f"S={out / 'src'}",
+           f"OUT={out}"]
+    try:
+        saved = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        saved = None
+    if prebuilt:
+        if saved is None:
+            return {"rc": 1, "stdout": "", "missing": False,
+                    "command": f"python3 -m grader build {src} {name}",
+                    "stderr": f"lesson {name} of {src} was not compiled "
+                              f"before grading (no {stamp})"}
+        return saved
+    result = {"rc": 0, "stdout": "", "stderr": "", "missing": False,
+              "command": shlex.join(cmd)}
+    if not (src / name).is_dir():
+        result.update(missing=True, rc=1)
+        return _save(out, stamp, result)
+    try:
+        files = _lesson_files(src, name)
+    except ValueError as e:
+        result.update(rc=1, stderr=str(e))
+        return _save(out, stamp, result)
+    key = _inputs_key(course, files, name)
+    if saved and saved.get("key") == key:
+        return saved
+    result["key"] = key
+    # The copy: only this lesson's files, nothing else of SRC.
+    copy = out / "src" / name
+    shutil.rmtree(out / "src", ignore_errors=True)
+    copy.mkdir(parents=True)
+    for f in files:
+        shutil.copyfile(f, copy / f.name)
+    bad = _outside_includes(course, copy, name, files)
+    if bad:
+        result.update(rc=1, stderr="\n".join(
+            f"{src / name / f}: includes {d}: refused (a submission may "
+            f"include its own files, lessons/common/, lessons/{name}/ and "
+            f"system headers, nothing else of the course or the machine)"
+            for f, d in bad))
+        return _save(out, stamp, result)
+    res = harness.run(cmd, timeout=300, cwd=course)
+    # Diagnostics name the student's own paths, not the copy's.
+    shown = str(src / name)
+    result.update(rc=1 if res.timed_out else res.returncode,
+                  stdout=res.stdout.replace(str(copy), shown),
+                  stderr=res.stderr.replace(str(copy), shown))
+    return _save(out, stamp, result)
+
+
+def _save(out, stamp, result):
+    out.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(result))
+    return result
+
+
+def grader_program(course, source, flags=("-static",), libs=(), name=None):
+    """Compile one of the grader's own C programs (grader/SOURCE) into
+    build/grader/NAME (default: SOURCE's stem), unless that build is
+    current (a stamp of the source and the command). Returns its path;
+    raises RuntimeError with the compiler's message."""
+    src = course / "grader" / source
+    out = course / "build" / "grader" / (name or src.stem)
+    def command(target):
+        return [os.environ.get("CC", "cc"), "-O2", "-Wall", "-Wextra", *flags,
+                "-o", str(target), str(src), *libs]
+    key = hashlib.sha256(src.read_bytes()
+                         + shlex.join(command(out)).encode()).hexdigest()
+    stamp = out.with_name(out.name + ".key")
+    if out.exists() and stamp.exists() and stamp.read_text() == key:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    res = subprocess.run(command(tmp), capture_output=True, text=True,
+                         timeout=300)
+    if res.returncode != 0:
+        raise RuntimeError(f"cannot compile {src}:\n{res.stderr}")
+    os.replace(tmp, out)
+    stamp.write_text(key)
+    return out

@@ -1,0 +1,411 @@
+"""Running student programs: timeouts, process groups, readiness lines, signal
+names, output caps, and the transcript every command is written to.
+
+Nothing a student program does (hang, crash, fork a child and leave it running,
+print megabytes or binary garbage) may hang or crash the grader.
+"""
+
+import ctypes.util
+import os
+import re
+import shutil
+import shlex
+import signal
+import subprocess
+import threading
+import time
+
+# Output kept per stream; the rest is counted and dropped.
+OUTPUT_CAP = 256 * 1024
+DEFAULT_TIMEOUT = 30
+
+
+class GradeFailure(AssertionError):
+    """A failed check; its message is shown to the student as it is."""
+
+
+def signal_name(num):
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+# ---- transcript -----------------------------------------------------------
+
+class Transcript:
+    """Every command a test ran, with its outcome and output."""
+
+    def __init__(self):
+        self.parts = []
+        self.runs = []          # (Result, student program?) in order
+        self.counters = []      # counter deltas the test computed
+
+    def add(self, text):
+        self.parts.append(text)
+
+    def text(self):
+        return "\n".join(self.parts)
+
+
+_current = Transcript()
+
+
+def current_transcript():
+    return _current
+
+
+def new_transcript():
+    global _current
+    _current = Transcript()
+    return _current
+
+
+# ---- output capture ---------------------------------------------------------
+
+class _Reader(threading.Thread):
+    """Drains one pipe, keeps the first OUTPUT_CAP bytes, wakes waiters on
+    every new line (for readiness regexes)."""
+
+    def __init__(self, pipe, cond):
+        super().__init__(daemon=True)
+        self.pipe, self.cond = pipe, cond
+        self.buf = bytearray()
+        self.total = 0
+        self.eof = False
+
+    def run(self):
+        try:
+            while True:
+                chunk = os.read(self.pipe.fileno(), 65536)
+                if not chunk:
+                    break
+                with self.cond:
+                    self.total += len(chunk)
+                    room = OUTPUT_CAP - len(self.buf)
+                    if room > 0:
+                        self.buf += chunk[:room]
+                    self.cond.notify_all()
+        except OSError:
+            pass
+        finally:
+            with self.cond:
+                self.eof = True
+                self.cond.notify_all()
+
+    def text(self):
+        s = self.buf.decode("utf-8", errors="replace")
+        if self.total > len(self.buf):
+            s += f"\n[... {self.total - len(self.buf)} more bytes not kept]\n"
+        return s
+
+
+# ---- results ------------------------------------------------------------------
+
+class Result:
+    """The outcome of one finished command."""
+
+    def __init__(self, cmd, returncode, stdout, stderr, duration, timed_out,
+                 timeout, final=None):
+        self.cmd = cmd
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.duration = duration
+        self.timed_out = timed_out
+        self.timeout = timeout
+        self.signal = (signal_name(-returncode)
+                       if returncode is not None and returncode < 0
+                       and not timed_out else None)
+        # `final`: a regex for the program's last line of a finished run
+        # (lesson.toml [final_line]); killed after printing it, the program
+        # hung while cleaning up, not while working.
+        lines = stdout.rstrip("\n").splitlines()
+        self.hung_after_output = bool(
+            timed_out and final and lines and re.search(final, lines[-1]))
+
+    @property
+    def command(self):
+        return " ".join(shlex.quote(str(c)) for c in self.cmd)
+
+    def status(self):
+        if self.timed_out:
+            # Killed by the grader's own limit, not the program's -t: say so.
+            if self.hung_after_output:
+                return (f"killed by the grader after {self.timeout} s: it "
+                        f"hung after its last output (during cleanup?)")
+            return f"killed by the grader after {self.timeout} s"
+        if self.signal:
+            return f"crashed with {self.signal}"
+        return f"exited with status {self.returncode}"
+
+    def describe(self, lines=15):
+        out = [f"command: {self.command}", f"result:  {self.status()}"]
+        for name, text in (("stdout", self.stdout), ("stderr", self.stderr)):
+            tail = text.rstrip("\n").splitlines()[-lines:]
+            if tail:
+                out.append(f"{name} (last {len(tail)} lines):")
+                out += ["  | " + line for line in tail]
+            else:
+                out.append(f"{name}: (empty)")
+        return "\n".join(out)
+
+    def ok(self, what=None, peer=None, peer_name="the other side"):
+        """Fail unless the command exited 0. With `peer` (the Result of the
+        program it talked to), the failure shows that side's end too: the
+        line that explains a two-process failure is often the other's."""
+        if self.returncode != 0 or self.timed_out:
+            head = f"{what}: " if what else ""
+            tail = ""
+            if peer is not None:
+                tail = (f"\n{peer_name}: {peer.status()}\n"
+                        + peer.describe(lines=8).split("\n", 2)[2])
+            raise GradeFailure(f"{head}expected exit status 0, got: "
+                               f"{self.status()}\n{self.describe()}{tail}")
+        return self
+
+    def fails(self, code=None, what=None):
+        """Fail unless the command exited non-zero (with `code` if given)
+        on its own: a crash or a timeout is not a clean failure."""
+        head = f"{what}: " if what else ""
+        if self.timed_out or self.signal:
+            raise GradeFailure(f"{head}expected a clean non-zero exit, got: "
+                               f"{self.status()}\n{self.describe()}")
+        if code is None and self.returncode == 0:
+            raise GradeFailure(f"{head}expected a non-zero exit status, "
+                               f"got 0\n{self.describe()}")
+        if code is not None and self.returncode != code:
+            raise GradeFailure(f"{head}expected exit status {code}, got: "
+                               f"{self.status()}\n{self.describe()}")
+        return self
+
+
+def _record(result, label="run", student=False):
+    current_transcript().runs.append((result, student))
+    current_transcript().add(
+        f"$ {result.command}    # {label}, {result.duration:.2f}s, "
+        f"{result.status()}\n"
+        f"--- stdout ---\n{result.stdout}--- stderr ---\n{result.stderr}"
+        f"--- end ---\n")
+
+
+# ---- processes --------------------------------------------------------------
+
+# The pids of live processes started outside the sandbox (trusted peers):
+# a sandbox that is not contained kills every other leftover process.
+_trusted = None
+
+
+def track_trusted(pids):
+    """Record live unsandboxed processes in the set `pids` (or stop: None)."""
+    global _trusted
+    _trusted = pids
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Proc:
+    """A running program in its own process group (see start())."""
+
+    def __init__(self, cmd, env=None, cwd=None, timeout=DEFAULT_TIMEOUT,
+                 sandbox=None, on_result=None, final=None):
+        self.cmd = [str(c) for c in cmd]
+        self.final = final
+        self.timeout = timeout
+        self.on_result = on_result
+        self.match = None
+        self.result = None
+        self.sandbox = sandbox
+        self.start_time = time.monotonic()
+        full_env = None
+        if env:
+            full_env = dict(os.environ)
+            full_env.update({k: str(v) for k, v in env.items()})
+        argv = self.cmd
+        if sandbox is not None:
+            argv, cwd, full_env = sandbox.wrap(self.cmd, full_env)
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=full_env, cwd=cwd,
+                start_new_session=True)
+        except OSError as e:
+            raise GradeFailure(f"cannot run {self.cmd[0]}: {e.strerror}\n"
+                               f"command: {shlex.join(self.cmd)}") from e
+        if sandbox is None and _trusted is not None:
+            _trusted.add(self.proc.pid)
+        self.cond = threading.Condition()
+        self.out = _Reader(self.proc.stdout, self.cond)
+        self.err = _Reader(self.proc.stderr, self.cond)
+        self.out.start()
+        self.err.start()
+
+    @property
+    def port(self):
+        return int(self.match.group(1)) if self.match else None
+
+    def feed(self, data):
+        try:
+            if data:
+                self.proc.stdin.write(data.encode() if isinstance(data, str)
+                                      else data)
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def wait_for(self, regex, timeout=None):
+        """Wait until stdout matches `regex` (a line-oriented search). Fails
+        with the program's output if it exits or the time runs out first."""
+        timeout = self.timeout if timeout is None else timeout
+        pat = re.compile(regex, re.M)
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                m = pat.search(self.out.buf.decode("utf-8", "replace"))
+                if m:
+                    self.match = m
+                    return m
+                left = deadline - time.monotonic()
+                if self.out.eof or left <= 0:
+                    break
+                self.cond.wait(min(left, 0.5))
+        if self.out.eof:
+            # stdout closed: the program is exiting; let it finish so its
+            # status is reported, not a timeout.
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        timed_out = self.proc.poll() is None
+        res = self.wait(timeout=0 if timed_out else 5)
+        why = (f"it printed no line matching /{regex}/ within {timeout} s"
+               if timed_out else
+               f"it {res.status()} before printing a line matching /{regex}/")
+        raise GradeFailure(f"{shlex.join(self.cmd)}: {why}\n{res.describe()}")
+
+    def wait(self, timeout=None):
+        """Wait for exit (killing the group at the deadline); the Result."""
+        if self.result:
+            return self.result
+        timeout = self.timeout if timeout is None else timeout
+        timed_out = False
+        try:
+            self.proc.wait(timeout=max(timeout, 0))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        # Whatever the program left behind in its group goes too.
+        _kill_group(self.proc)
+        self.proc.wait()
+        if _trusted is not None:
+            _trusted.discard(self.proc.pid)
+        for r in (self.out, self.err):
+            r.join(timeout=5)
+        self.result = Result(self.cmd, self.proc.returncode, self.out.text(),
+                             self.err.text(),
+                             time.monotonic() - self.start_time, timed_out,
+                             timeout, final=self.final)
+        _record(self.result, student=self.sandbox is not None)
+        if self.on_result:
+            self.on_result(self.result)
+        return self.result
+
+    def kill(self, sig=signal.SIGKILL):
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.result is None:
+            _kill_group(self.proc)
+            self.wait(timeout=5)
+        return False
+
+
+def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
+          input=None, sandbox=None, on_result=None, final=None):
+    """Start `cmd` in its own process group (inside `sandbox`, a
+    grader.evidence.sandbox.Sandbox, when given); when `ready` is a regex, wait for it
+    on stdout first. Use as a context manager."""
+    p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox,
+             on_result=on_result, final=final)
+    p.feed(input)
+    if ready:
+        try:
+            p.wait_for(ready)
+        except BaseException:
+            p.__exit__(None, None, None)
+            raise
+    return p
+
+
+def run(cmd, timeout=DEFAULT_TIMEOUT, input=None, env=None, cwd=None,
+        sandbox=None, final=None):
+    """Run `cmd` to completion (killed at `timeout`, inside `sandbox` when
+    given); the Result."""
+    p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox,
+             final=final)
+    p.feed(input)
+    return p.wait()
+
+
+# ---- checks -------------------------------------------------------------------
+
+def _show(v):
+    if isinstance(v, str) and "\n" in v:
+        return "\n" + "\n".join("  | " + line for line in v.splitlines())
+    return repr(v)
+
+
+def expect(got, expected, what):
+    """Fail unless got == expected; both shown, lined up."""
+    if got != expected:
+        raise GradeFailure(f"{what}\n  expected: {_show(expected)}\n"
+                           f"  got:      {_show(got)}")
+
+
+def expect_match(text, regex, what):
+    """Fail unless `regex` matches somewhere in `text` (multi-line mode);
+    returns the match."""
+    m = re.search(regex, text, re.M)
+    if not m:
+        raise GradeFailure(f"{what}\n  expected a line matching: /{regex}/\n"
+                           f"  got:{_show(text) if text else ' (no output)'}")
+    return m
+
+
+def expect_line(text, line, what):
+    """Fail unless `line` is one of the lines of `text` (ignoring trailing
+    white space)."""
+    lines = [x.rstrip() for x in text.splitlines()]
+    if line.rstrip() not in lines:
+        raise GradeFailure(f"{what}\n  expected the line: {line!r}\n"
+                           f"  got:{_show(text) if text else ' (no output)'}")
+
+
+# ---- leaks ---------------------------------------------------------------------
+
+def leak_checker():
+    """(wrap, env, description) running a program under LeakSanitizer
+    (preloaded: fast, no rebuild), or valgrind when liblsan is missing.
+    A leak makes the program exit 23."""
+    lsan = ctypes.util.find_library("lsan")
+    if lsan:
+        return ((), {"LD_PRELOAD": lsan,
+                     "LSAN_OPTIONS": "exitcode=23:color=never"},
+                f"LD_PRELOAD={lsan} LSAN_OPTIONS=exitcode=23")
+    if shutil.which("valgrind"):
+        wrap = ("valgrind", "-q", "--leak-check=full",
+                "--errors-for-leak-kinds=definite",
+                "--show-leak-kinds=definite", "--error-exitcode=23")
+        return wrap, None, " ".join(wrap)
+    raise GradeFailure("no leak checker: install gcc's liblsan0 or valgrind "
+                       "(make deps)")

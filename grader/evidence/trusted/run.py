@@ -1,0 +1,139 @@
+"""Running the reference peer (peer.py) from a test, next to the program
+under test: fresh random inputs, bounded waits, its verdict as a dict.
+
+On host A of a serving pair (`make grade HOSTS=2`: RDMA_PEER_JOBS is set)
+the peer runs on host B through grader/evidence/remote.py, and the program under test
+alone uses A's device: A's counters are its traffic only."""
+
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from grader.core import harness
+from grader.core.harness import GradeFailure
+
+PEER = Path(__file__).resolve().parent / "peer.py"
+# Run as a script: importing the grader package would import pytest.
+REMOTE = Path(__file__).resolve().parent.parent / "remote.py"
+READY = r"^listening on port (\d+)$"
+
+
+def rand_between(lo, hi):
+    """A fresh random integer in [lo, hi], unknowable to the program."""
+    return lo + secrets.randbelow(hi - lo + 1)
+
+
+def peer_cmd(lesson, role, *opts):
+    cmd = [sys.executable, str(PEER), lesson, role, *map(str, opts)]
+    jobs = os.environ.get("RDMA_PEER_JOBS")
+    return [sys.executable, str(REMOTE), jobs, "--", *cmd] if jobs else cmd
+
+
+def start_server(lesson, *opts, timeout=40):
+    """The reference server, listening (its port: proc.port)."""
+    return harness.start(peer_cmd(lesson, "server", *opts), ready=READY,
+                         timeout=timeout)
+
+
+def start_client(lesson, *opts, timeout=40):
+    return harness.start(peer_cmd(lesson, "client", *opts), timeout=timeout)
+
+
+def verdict(proc, timeout=40, other=None):
+    """Wait for the peer; its `peer-result` as a dict (`_cmd`: the peer's
+    command line, for messages). `other`: the Result of the program under
+    test, when it has ended (shown if the peer has no verdict)."""
+    res = proc.wait(timeout=timeout)
+    for line in res.stdout.splitlines():
+        if line.startswith("peer-result "):
+            out = json.loads(line.split(" ", 1)[1])
+            out["_cmd"] = res.command
+            return out
+    if other is not None:
+        raise GradeFailure(f"the program {other.status()} before the "
+                           f"reference peer could finish the protocol with "
+                           f"it\n{other.describe()}\nreference peer: "
+                           f"{res.command}")
+    raise GradeFailure(f"the reference peer ended without its verdict "
+                       f"(a grader problem, or the program under test made "
+                       f"it wait too long)\n{res.describe()}")
+
+
+def after(res):
+    """How long the peer may still take once the program has ended: a
+    moment to report, less when the program failed (it may never have
+    connected, and the peer would wait for it)."""
+    return 15 if res.returncode == 0 else 2.5
+
+
+def expect_peer_ok(v, what):
+    if not v["ok"]:
+        raise GradeFailure(f"{what}: the reference peer "
+                           f"({v['_cmd']}) says:\n  {v['error']}")
+
+
+def expect_own_traffic(rdma, v, name, count, who):
+    """On host A of a pair the device carries the program's traffic alone:
+    counter `name` must have moved by exactly `count` (on one host the
+    peer's own traffic counts too: nothing to prove there)."""
+    if not rdma.peer_jobs:
+        return
+    got = v["_counters"].get(name, 0)
+    if got != count:
+        raise GradeFailure(
+            f"{name} on the {who}'s host (host A; the reference peer runs on "
+            f"host B)\n  expected: {count}\n  got:      {got}\n  all "
+            f"counters that moved: {v['_counters'].show()}")
+
+
+def expect_owner(v, pid, who):
+    """The QP the program named in its qp_info is its own (the kernel's
+    `rdma resource show qp`)."""
+    q = v.get("remote_qp")
+    if not q or q.get("pid") != pid:
+        raise GradeFailure(
+            f"the QP number the {who} sent in its qp_info (0x"
+            f"{v.get('theirs', {}).get('qpn', 0):06x}) is not the {who}'s "
+            f"own QP\n  expected: owned by pid {pid} (the {who})\n"
+            f"  got:      rdma resource show qp says {q}")
+
+
+def host(rdma):
+    """Where the program under test listens."""
+    return rdma.ip or "localhost"
+
+
+def peer_host(rdma):
+    """Where the reference peer listens: host B of a serving pair, else
+    the same host as the program."""
+    return rdma.peer_ip if rdma.peer_jobs else host(rdma)
+
+
+def client_vs_peer(build, rdma, lesson, prog, peer_opts, client_args):
+    """The program as the client of the reference server:
+    (client Result, client pid, the peer's verdict)."""
+    with start_server(lesson, *peer_opts) as peer:
+        before = rdma.counters()
+        with build.start(prog, "--port", peer.port, *client_args,
+                         peer_host(rdma), ready=None) as client:
+            pid = client.proc.pid
+            res = client.wait()
+        v = verdict(peer, timeout=after(res), other=res)
+    v["_counters"] = rdma.counters() - before
+    return res, pid, v
+
+
+def server_vs_peer(build, rdma, lesson, prog, server_args, peer_opts):
+    """The program as the server of the reference client:
+    (server Result, server pid, the peer's verdict)."""
+    with build.start(prog, "--port", "0", *server_args) as server:
+        pid = server.proc.pid
+        before = rdma.counters()
+        with start_client(lesson, "--host", host(rdma), "--port",
+                          server.port, *peer_opts) as peer:
+            v = verdict(peer)
+        res = server.wait(timeout=30)
+    v["_counters"] = rdma.counters() - before
+    return res, pid, v

@@ -1,0 +1,607 @@
+"""pytest plugin: gradelib-style grading of the course's lessons.
+
+    python3 -m pytest -c grader/pytest.ini -p grader.session.plugin grader/lessons \
+        --src=skeletons [--lesson=05,06] [--results=results.json]
+
+One line per test (`title ... OK (0.8s)`), a subtotal per lesson, `Score: N/M`
+last; pytest exits non-zero when points are missing. A failing test's
+transcript is saved under .grade/transcripts/ and its path printed with the
+lesson's hint. `make grade` runs this inside vm-setup/with-rxe.
+"""
+
+import json
+import os
+import re
+import resource
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from grader.core import harness
+from grader.session import symptoms
+from grader.core.build import build_dir, compile_lesson
+from grader.core.course import COURSE as COURSE_DEFAULT
+from grader.core.harness import GradeFailure
+from grader.evidence.rxe import Rdma
+from grader.evidence.sandbox import Sandbox
+
+HUNG_TIMEOUT = 5            # seconds per wait once a lesson's program hung
+LESSON_FILE = re.compile(r"test_(\d\d)_")
+
+
+def points(n, title):
+    """Decorate a test with its points and its title."""
+    return pytest.mark.points(n, title)
+
+
+# ---- lessons ----------------------------------------------------------------
+
+class Lesson:
+    def __init__(self, path):
+        self.dir = path
+        self.name = path.name                   # "05-send-recv"
+        self.number = self.name[:2]             # "05"
+        meta = path / "lesson.toml"
+        try:
+            self.meta = tomllib.loads(meta.read_text())
+        except FileNotFoundError:
+            self.meta = {}
+        except tomllib.TOMLDecodeError as e:
+            raise pytest.UsageError(f"{meta}: {e}") from e
+        self.title = self.meta.get("title", self.name)
+        try:
+            self.symptoms = symptoms.load(self.meta, str(meta))
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from e
+        self.timeout = int(self.meta.get("timeout", harness.DEFAULT_TIMEOUT))
+        self.build_log = ""
+        self.warnings = ""
+
+    def hints(self, test_name):
+        """The test's hints, in tiers: a failure shows the first, `make
+        hint` the next ones (lesson.toml: a string, or a list of strings)."""
+        h = self.meta.get("hints", {}).get(test_name) or self.meta.get("hint")
+        return [h] if isinstance(h, str) else list(h or [])
+
+    def hint(self, test_name):
+        tiers = self.hints(test_name)
+        return tiers[0] if tiers else None
+
+    def final_line(self, prog):
+        """lesson.toml [final_line]: the regex of PROG's last line."""
+        return self.meta.get("final_line", {}).get(prog)
+
+
+def find_lessons(course):
+    return {p.name[:2]: p for p in sorted((course / "lessons").glob("[0-9][0-9]-*"))
+            if p.is_dir()}
+
+
+def parse_lesson_arg(arg, lessons):
+    """'5', '05', '05-send-recv', '05,06', '05 06' -> ['05', '06']."""
+    want = []
+    for tok in re.split(r"[,\s]+", arg.strip()):
+        if not tok:
+            continue
+        m = re.match(r"^(\d{1,2})(-.*)?$", tok)
+        num = m.group(1).zfill(2) if m else None
+        if num not in lessons:
+            raise pytest.UsageError(
+                f"no lesson '{tok}'; the lessons are: "
+                + " ".join(f"{n} ({p.name})" for n, p in lessons.items()))
+        want.append(num)
+    return want
+
+
+# ---- building a lesson --------------------------------------------------------
+
+class Build:
+    """One lesson compiled from one SRC tree (see lessons/common/lesson.mk)."""
+
+    def __init__(self, lesson, src, course, out, prebuilt=False,
+                 sandbox=None):
+        self.lesson, self.src, self.course, self.out = lesson, src, course, out
+        self.sandbox = sandbox
+        self.error = None
+        self.error_shown = False
+        self.hung = None            # the command of a program that hung
+        tree = src / lesson.name
+        self.repro = f"make build LESSON={lesson.number} SRC={src}"
+        built = compile_lesson(course, src, lesson.name, prebuilt=prebuilt)
+        if built["missing"]:
+            self.error = (f"{tree}/ does not exist: there is nothing to grade "
+                          f"for lesson {lesson.name} in SRC={src}")
+            return
+        rc, out, err = built["rc"], built["stdout"], built["stderr"]
+        lesson.build_log = f"$ {built['command']}\n{out}{err}"
+        diag = "\n".join(line for line in err.splitlines()
+                         if not line.startswith("make"))
+        if rc != 0:
+            self.error = (f"compile error (reproduce: {self.repro}):\n"
+                          + "\n".join("  | " + x for x in
+                                      (diag or out + err).splitlines()))
+        elif diag.strip():
+            lesson.warnings = diag
+
+    def path(self, prog):
+        if self.error:
+            if self.error_shown:
+                raise GradeFailure("not run: does not compile (the "
+                                   "compiler's message is in this lesson's "
+                                   "first test)")
+            self.error_shown = True
+            raise GradeFailure(self.error)
+        p = self.out / prog
+        if not p.exists():
+            raise GradeFailure(f"{p} was not built (is {self.src}/"
+                               f"{self.lesson.name}/{prog}.c there?)")
+        return p
+
+    @property
+    def as_root(self):
+        """Do the student's programs run as root? (Not in the sandbox.)"""
+        return os.geteuid() == 0 and not (self.sandbox and
+                                          self.sandbox.contained)
+
+    def _timeout(self, timeout):
+        t = self.lesson.timeout if timeout is None else timeout
+        # Once a program of the lesson hung, every later wait is short: a
+        # hanging lesson costs one full timeout, not one per test.
+        return min(t, HUNG_TIMEOUT) if self.hung else t
+
+    def _saw(self, result, prog=None):
+        if prog:
+            result.prog = prog
+        if result.timed_out and not self.hung:
+            self.hung = result.command
+
+    def hung_note(self):
+        if self.hung:
+            return (f"note: a program of this lesson hung ({self.hung}), so "
+                    f"the lesson's later waits were cut to {HUNG_TIMEOUT} s")
+        return None
+
+    def run(self, prog, *args, timeout=None, input=None, env=None, wrap=()):
+        """Run the student's `prog` in the sandbox, to completion."""
+        res = harness.run([*wrap, self.path(prog), *args],
+                          timeout=self._timeout(timeout), input=input,
+                          env=env, sandbox=self.sandbox,
+                          final=self.lesson.final_line(prog))
+        self._saw(res, prog)
+        return res
+
+    def start(self, prog, *args, ready=r"listening on port (\d+)",
+              timeout=None, env=None, wrap=(), input=None):
+        """Start the student's `prog` in the sandbox (see harness.start)."""
+        return harness.start([*wrap, self.path(prog), *args], ready=ready,
+                             timeout=self._timeout(timeout), env=env,
+                             input=input, sandbox=self.sandbox,
+                             on_result=lambda r: self._saw(r, prog),
+                             final=self.lesson.final_line(prog))
+
+    def run_cmd(self, cmd, timeout=None, input=None, env=None):
+        return harness.run(cmd, timeout=self._timeout(timeout), input=input,
+                           env=env, cwd=self.course)
+
+    def command(self, prog, *args):
+        """The command line that runs @prog with @args, as a student would
+        type it: for failure messages ('reproduce: ...')."""
+        return " ".join([str(self.path(prog)), *map(str, args)])
+
+
+# ---- the plugin ---------------------------------------------------------------
+
+def pytest_addoption(parser):
+    g = parser.getgroup("rdma-course grader")
+    g.addoption("--src", default="skeletons",
+                help="tree shaped like skeletons/ to grade (default: skeletons)")
+    g.addoption("--lesson", default="",
+                help="grade only these lessons: 05 or 05,06")
+    g.addoption("--results", default="",
+                help="write Gradescope's results.json here")
+    g.addoption("--transcripts", default=".grade/transcripts",
+                help="where failed tests' transcripts go")
+    g.addoption("--course-root", default=str(COURSE_DEFAULT),
+                help="the course tree (default: the one holding this grader)")
+    g.addoption("--test", default="",
+                help="run only the tests whose function name or title "
+                     "contains this (make grade TEST=...)")
+    g.addoption("--status", default="",
+                help="record each lesson's points here for make status "
+                     "(.grade/status.json)")
+    g.addoption("--verbose-failures", action="store_true",
+                help="show every failure in full, not only each lesson's "
+                     "first (make grade V=1)")
+    g.addoption("--summary", default="",
+                help="write each lesson's points, whether it compiled and "
+                     "whether a program hung, as JSON (make grade-class)")
+    g.addoption("--prebuilt", action="store_true",
+                help="use the builds `python3 -m grader build SRC` made; "
+                     "never read SRC (make grade compiles on the host)")
+
+
+def _raise_memlock():
+    """As much of RLIMIT_MEMLOCK as this process may have."""
+    inf = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    for want in ((inf, inf), (hard, hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_MEMLOCK, want)
+            return
+        except (ValueError, OSError):
+            pass
+
+
+class Grader:
+    def __init__(self, config):
+        self.config = config
+        self.course = Path(config.getoption("course_root")).resolve()
+        src = Path(config.getoption("src"))
+        self.src = (src if src.is_absolute() else Path.cwd() / src).resolve()
+        self.prebuilt = config.getoption("prebuilt")
+        if not self.prebuilt and not self.src.is_dir():
+            raise pytest.UsageError(f"SRC={config.getoption('src')}: no such "
+                                    f"directory (expected a tree shaped like "
+                                    f"skeletons/)")
+        self.lessons = find_lessons(self.course)
+        arg = config.getoption("lesson")
+        self.only = parse_lesson_arg(arg, self.lessons) if arg else None
+        self.transcripts = Path(config.getoption("transcripts"))
+        self.results_path = config.getoption("results")
+        self.loaded = {}            # number -> Lesson
+        self.builds = {}            # number -> Build
+        self.items = {}             # nodeid -> (lesson number, points, title)
+        self.last_of_lesson = set()
+        self.outcome = {}           # nodeid -> dict(passed, duration, output)
+        self.causes = {}            # nodeid -> ids of the symptoms shown
+        self.started = time.monotonic()
+        self.tr = None
+        self.test_filter = config.getoption("test")
+        self.status_path = config.getoption("status")
+        self.verbose = config.getoption("verbose_failures")
+        self.shown_in_full = set()  # lessons whose first failure was shown
+        self.sandbox = None
+        self.trusted = set()
+
+    # -- helpers --
+    def lesson(self, num):
+        if num not in self.loaded:
+            self.loaded[num] = Lesson(self.lessons[num])
+        return self.loaded[num]
+
+    def build(self, num):
+        if num not in self.builds:
+            lesson = self.lesson(num)
+            out = build_dir(self.course, self.src, lesson.name)
+            self.builds[num] = Build(lesson, self.src, self.course, out,
+                                     prebuilt=self.prebuilt,
+                                     sandbox=self.get_sandbox())
+            if lesson.warnings:
+                self.write("  compiler warnings (reproduce: "
+                           f"{self.builds[num].repro}):")
+                for line in lesson.warnings.splitlines():
+                    self.write("  | " + line)
+        return self.builds[num]
+
+    def write(self, line=""):
+        if self.tr is None:
+            self.tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.tr:
+            self.tr.write_line(line)
+        else:
+            print(line, flush=True)
+
+    def get_sandbox(self):
+        """The sandbox student programs run in, made on first use."""
+        if self.sandbox is None:
+            # Inherited by every program: RDMA pins memory.
+            _raise_memlock()
+            outputs = [Path(p).resolve().parent for p in
+                       (self.results_path,
+                        self.config.getoption("xmlpath", None)) if p]
+            self.sandbox = Sandbox(self.course, read_only=outputs)
+            harness.track_trusted(self.trusted)
+            if not self.sandbox.contained:
+                self.write(f"note: {self.sandbox.why_not}")
+        return self.sandbox
+
+    # -- collection --
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session, config, items):
+        keep, dropped = [], []
+        for item in items:
+            m = LESSON_FILE.match(item.path.name)
+            if not m or m.group(1) not in self.lessons:
+                raise pytest.UsageError(f"{item.path}: a grader test file is "
+                                        f"named test_NN_topic.py after a lesson "
+                                        f"lessons/NN-*")
+            num = m.group(1)
+            if self.only and num not in self.only:
+                dropped.append(item)
+                continue
+            mark = item.get_closest_marker("points")
+            if not mark or len(mark.args) != 2:
+                raise pytest.UsageError(f"{item.nodeid}: every grader test "
+                                        f"needs @points(N, 'title')")
+            if self.test_filter and not self.selected(item, mark.args[1]):
+                dropped.append(item)
+                continue
+            self.items[item.nodeid] = (num, mark.args[0], mark.args[1])
+            t = self.lesson(num).meta.get("test_timeout")
+            if t and not item.get_closest_marker("timeout"):
+                item.add_marker(pytest.mark.timeout(int(t)))
+            keep.append(item)
+        if self.test_filter and not keep:
+            raise pytest.UsageError(
+                f"no test matches TEST={self.test_filter}; the tests "
+                f"(function name: title) are:\n" + "\n".join(
+                    f"  {i.originalname or i.name}: "
+                    f"{i.get_closest_marker('points').args[1]}"
+                    for i in items if i.get_closest_marker("points")))
+        if self.only and not self.test_filter:
+            missing = set(self.only) - {self.items[i.nodeid][0] for i in keep}
+            if missing:
+                raise pytest.UsageError("no grader tests for lesson(s) "
+                                        + ", ".join(sorted(missing)))
+        keep.sort(key=lambda i: self.items[i.nodeid][0])
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+        for a, b in zip(keep, keep[1:] + [None]):
+            if b is None or self.items[a.nodeid][0] != self.items[b.nodeid][0]:
+                self.last_of_lesson.add(a.nodeid)
+
+    def selected(self, item, title):
+        want = self.test_filter.lower()
+        return (want in (item.originalname or item.name).lower()
+                or want in title.lower())
+
+    # -- running --
+    def pytest_runtest_logstart(self, nodeid, location):
+        num = self.items[nodeid][0]
+        first = not any(self.items[n][0] == num for n in self.outcome)
+        if first:
+            lesson = self.lesson(num)
+            self.write(f"== {lesson.name}: {lesson.title} ==")
+
+    def pytest_runtest_setup(self, item):
+        harness.new_transcript()
+        self.get_sandbox().begin_test(item.name)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        yield
+        left = self.sandbox.end_test() if self.sandbox else 0
+        if left:
+            harness.current_transcript().add(
+                f"# the grader killed {left} process(es) the test's programs "
+                f"had left running\n")
+
+    def pytest_report_teststatus(self, report, config):
+        # Our own lines replace pytest's progress letters.
+        if report.when == "call" or (report.when == "setup" and report.failed):
+            return report.outcome, "", ""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        nodeid = item.nodeid
+        rec = self.outcome.setdefault(nodeid, {"passed": True, "duration": 0.0,
+                                               "output": ""})
+        rec["duration"] += report.duration
+        if report.failed:
+            rec["passed"] = False
+            if not rec["output"]:
+                rec["output"] = self.failure_text(item, call, report)
+        elif report.skipped:
+            # A graded test that could not check anything earns nothing.
+            rec["passed"] = False
+            reason = (call.excinfo.value.msg if call.excinfo and
+                      hasattr(call.excinfo.value, "msg") else "skipped")
+            rec["output"] = f"not checked (skipped: {reason}): no points"
+
+    def failure_text(self, item, call, report):
+        exc = call.excinfo
+        if exc and isinstance(exc.value, GradeFailure):
+            msg = str(exc.value)
+        elif exc and exc.typename == "Failed" and "Timeout" in str(exc.value):
+            msg = (f"the test did not finish within its time limit and was "
+                   f"stopped: {str(exc.value).splitlines()[0]}")
+        elif exc:
+            msg = (f"{exc.typename}: {exc.value}\n(grader traceback)\n"
+                   + str(report.longreprtext)[-2000:])
+        else:
+            msg = str(report.longreprtext)[-2000:]
+        num = self.items[item.nodeid][0]
+        lesson = self.lesson(num)
+        build = self.builds.get(num)
+        note = build.hung_note() if build else None
+        if note:
+            msg += "\n" + note
+        transcript = harness.current_transcript()
+        if not re.search(r"^\s*(command|reproduce):", msg, re.M):
+            # Every failure says how to reproduce it: the last program of
+            # the submission the test ran.
+            runs = [r for r, student in transcript.runs if student]
+            if runs:
+                msg += f"\ncommand: {runs[-1].command}"
+        path = self.save_transcript(item, lesson, msg)
+        lines = [msg, f"transcript: {path}"]
+        test = item.originalname or item.name
+        causes = symptoms.diagnose(lesson.symptoms, test,
+                                   symptoms.evidence(transcript, msg))
+        self.causes[item.nodeid] = [s.id for s in causes]
+        if causes:
+            # What the run printed names the cause: most specific first.
+            lines.append(f"likely cause: {causes[0].cause}")
+            lines += [f"  or: {s.cause}" for s in causes[1:]]
+        else:
+            hint = lesson.hint(test)
+            if hint:
+                lines.append(f"hint: {hint}")
+        return "\n".join(lines)
+
+    def save_transcript(self, item, lesson, msg):
+        d = self.transcripts / lesson.name
+        d.mkdir(parents=True, exist_ok=True)
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", item.name)
+        path = d / f"{safe}.log"
+        num, pts, title = self.items[item.nodeid]
+        path.write_text(f"test: {title} ({pts} points)\nlesson: {lesson.name}\n"
+                        f"src: {self.src}\n\n== failure ==\n{msg}\n\n"
+                        f"== build ==\n{lesson.build_log}\n"
+                        f"== commands ==\n{harness.current_transcript().text()}\n")
+        return path
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        num, pts, title = self.items[nodeid]
+        rec = self.outcome[nodeid]
+        verdict = "OK" if rec["passed"] else "FAIL"
+        self.write(f"  {title} ... {verdict} ({rec['duration']:.1f}s)")
+        if not rec["passed"]:
+            lines = rec["output"].splitlines() or [""]
+            if self.verbose or num not in self.shown_in_full:
+                self.shown_in_full.add(num)
+            else:
+                # Later failures of a lesson: one line (V=1 shows them all).
+                lines = [lines[0][:150]] + [x for x in lines
+                                            if x.startswith("transcript: ")]
+            for line in lines:
+                self.write("      " + line)
+        if nodeid in self.last_of_lesson:
+            got, total = self.subtotal(num)
+            self.write(f"  {self.lesson(num).name}: {got}/{total}")
+
+    def subtotal(self, num):
+        got = total = 0
+        for nodeid, (n, pts, _) in self.items.items():
+            if n == num:
+                total += pts
+                if self.outcome.get(nodeid, {}).get("passed"):
+                    got += pts
+        return got, total
+
+    def score(self):
+        got = sum(p for nid, (_, p, _) in self.items.items()
+                  if self.outcome.get(nid, {}).get("passed"))
+        return got, sum(p for _, p, _ in self.items.values())
+
+    # -- the end --
+    def pytest_sessionfinish(self, session, exitstatus):
+        # Results are written once no program of the submission is left.
+        if self.sandbox:
+            self.sandbox.close()
+            harness.track_trusted(None)
+        got, total = self.score()
+        if self.results_path:
+            tests = []
+            for nodeid, (num, pts, title) in self.items.items():
+                rec = self.outcome.get(nodeid, {"passed": False, "output":
+                                                "not run", "duration": 0})
+                tests.append({
+                    "name": f"{self.lesson(num).name}: {title}",
+                    "score": pts if rec["passed"] else 0,
+                    "max_score": pts,
+                    "status": "passed" if rec["passed"] else "failed",
+                    "output": rec["output"],
+                    "execution_time": round(rec["duration"], 2),
+                })
+            data = {"score": got, "max_score": total,
+                    "execution_time": round(time.monotonic() - self.started, 1),
+                    "output": f"Score: {got}/{total} (SRC={self.src})",
+                    "tests": tests}
+            p = Path(self.results_path)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(json.dumps(data, indent=2) + "\n")
+        if self.status_path and not self.test_filter:
+            self.save_status()
+        if self.config.getoption("summary"):
+            self.save_summary(Path(self.config.getoption("summary")))
+        if self.items and got < total and session.exitstatus == 0:
+            session.exitstatus = 1
+
+    def save_summary(self, path):
+        """Per lesson: got, total, compiled (False: a compile error or no
+        files), hung (the command of a program that hung, or null)."""
+        lessons = {}
+        for num in sorted({n for n, _, _ in self.items.values()}):
+            got, total = self.subtotal(num)
+            b = self.builds.get(num)
+            lessons[self.lesson(num).name] = {
+                "got": got, "total": total,
+                "compiled": None if b is None else not b.error,
+                "hung": b.hung if b else None}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"lessons": lessons}, indent=2) + "\n")
+
+    def save_status(self):
+        """.grade/status.json: per lesson, the last full grading of it
+        (make status reads it)."""
+        path = Path(self.status_path)
+        try:
+            status = json.loads(path.read_text())
+        except (OSError, ValueError):
+            status = {}
+        when = time.strftime("%Y-%m-%d %H:%M")
+        for num in sorted({n for n, _, _ in self.items.values()}):
+            got, total = self.subtotal(num)
+            first = next((nid for nid, (n, _, _) in self.items.items()
+                          if n == num and not self.outcome.get(
+                              nid, {}).get("passed")), None)
+            status[self.lesson(num).name] = {
+                "got": got, "total": total, "when": when,
+                "src": str(self.src),
+                "first_failing": self.items[first][2] if first else "",
+                "first_failing_test": (first.split("::")[-1].split("[")[0]
+                                       if first else ""),
+                # The failure showed these causes instead of the test's
+                # first hint: make hint starts at that hint.
+                "first_failing_causes": self.causes.get(first, [])}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(status, indent=2) + "\n")
+        except OSError:
+            pass
+
+    def pytest_unconfigure(self, config):
+        if self.items:
+            got, total = self.score()
+            self.write(f"Score: {got}/{total}")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "points(n, title): a graded test")
+    if config.getoption("help", False):
+        return
+    config.pluginmanager.register(Grader(config), "rdma-course-grader")
+
+
+def _grader(request):
+    return request.config.pluginmanager.get_plugin("rdma-course-grader")
+
+
+def _lesson_num(request):
+    return LESSON_FILE.match(request.path.name).group(1)
+
+
+@pytest.fixture(scope="module")
+def lesson(request):
+    return _grader(request).lesson(_lesson_num(request))
+
+
+@pytest.fixture(scope="module")
+def build(request):
+    return _grader(request).build(_lesson_num(request))
+
+
+@pytest.fixture(scope="session")
+def rdma():
+    r = Rdma()
+    if not r.available():
+        raise GradeFailure(
+            "no RDMA device to grade on: RDMA_DEVICE is not set or does not "
+            "exist. Run the grader through vm-setup/with-rxe (make grade does).")
+    return r
