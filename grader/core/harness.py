@@ -202,6 +202,13 @@ def track_trusted(pids):
     _trusted = pids
 
 
+def keep_trusted(pid):
+    """A trusted process that outlives tests (a server of peers): never
+    taken for a test's leftover."""
+    if _trusted is not None:
+        _trusted.add(pid)
+
+
 def _kill_group(proc):
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -213,7 +220,7 @@ class Proc:
     """A running program in its own process group (see start())."""
 
     def __init__(self, cmd, env=None, cwd=None, timeout=DEFAULT_TIMEOUT,
-                 sandbox=None, on_result=None, final=None):
+                 sandbox=None, on_result=None, final=None, spawn=None):
         self.cmd = [str(c) for c in cmd]
         self.final = final
         self.timeout = timeout
@@ -230,12 +237,17 @@ class Proc:
         if sandbox is not None:
             argv, cwd, full_env = sandbox.wrap(self.cmd, full_env)
         try:
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=full_env, cwd=cwd,
-                start_new_session=True)
+            # `spawn`: another way to start the same command (a forking
+            # server's), or None when it cannot; a Popen look-alike.
+            self.proc = spawn(argv, full_env, cwd) if spawn else None
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, env=full_env, cwd=cwd,
+                    start_new_session=True)
         except OSError as e:
-            raise GradeFailure(f"cannot run {self.cmd[0]}: {e.strerror}\n"
+            raise GradeFailure(f"cannot run {self.cmd[0]}: "
+                               f"{e.strerror or e}\n"
                                f"command: {shlex.join(self.cmd)}") from e
         if sandbox is None and _trusted is not None:
             _trusted.add(self.proc.pid)
@@ -331,12 +343,13 @@ class Proc:
 
 
 def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
-          input=None, sandbox=None, on_result=None, final=None):
+          input=None, sandbox=None, on_result=None, final=None, spawn=None):
     """Start `cmd` in its own process group (inside `sandbox`, a
-    grader.evidence.sandbox.Sandbox, when given); when `ready` is a regex, wait for it
-    on stdout first. Use as a context manager."""
+    grader.evidence.sandbox.Sandbox, when given; through `spawn`, see
+    Proc, when given); when `ready` is a regex, wait for it on stdout
+    first. Use as a context manager."""
     p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox,
-             on_result=on_result, final=final)
+             on_result=on_result, final=final, spawn=spawn)
     p.feed(input)
     if ready:
         try:
@@ -348,11 +361,11 @@ def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
 
 
 def run(cmd, timeout=DEFAULT_TIMEOUT, input=None, env=None, cwd=None,
-        sandbox=None, final=None):
+        sandbox=None, final=None, spawn=None):
     """Run `cmd` to completion (killed at `timeout`, inside `sandbox` when
     given); the Result."""
     p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox,
-             final=final)
+             final=final, spawn=spawn)
     p.feed(input)
     return p.wait()
 

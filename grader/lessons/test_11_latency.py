@@ -32,8 +32,8 @@ import pytest
 
 from grader import GradeFailure, expect, expect_match, points
 from grader.session import pairs
-from grader.core import harness
-from grader.evidence.trusted.run import rand_between, verdict
+from grader.evidence.trusted.run import (UDP_ECHO, rand_between, start_peer,
+                                         verdict)
 
 PROG = "latency"
 T = "5"         # any one wait (a connection, a completion, a datagram): a
@@ -44,7 +44,6 @@ CSV = "samples.csv"
 SUMMARY = (r"^rtt (udp|rdma|rdma-write) (\d+) bytes: min ([\d.]+) p50 "
            r"([\d.]+) p90 ([\d.]+) p99 ([\d.]+) max ([\d.]+) us "
            r"\((\d+) round trips\)$")
-UDP_ECHO = Path(__file__).resolve().parents[1] / "evidence" / "trusted" / "udp_echo.py"
 
 
 def host(rdma):
@@ -195,10 +194,10 @@ def test_udp_reference_server(build, rdma):
     size = rand_between(16, 1024)
     delay_us = 1500 + secrets.randbelow(1500)
     cmd = [sys.executable, str(UDP_ECHO)]
-    with harness.start([*cmd, "--size", str(size), "--count",
-                        str(WARMUP + iters), "--delay-us", str(delay_us),
-                        "--timeout", T],
-                       ready=r"^listening on port (\d+)$", timeout=40) as ref:
+    with start_peer([*cmd, "--size", str(size), "--count",
+                     str(WARMUP + iters), "--delay-us", str(delay_us),
+                     "--timeout", T],
+                    ready=r"^listening on port (\d+)$", timeout=40) as ref:
         cli = build.run(PROG, "--udp", "--port", ref.port, "-s", size, "-n",
                         iters, "--warmup", WARMUP, "-t", T, host(rdma))
         cli.ok("client against the reference UDP server")

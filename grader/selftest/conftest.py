@@ -12,6 +12,24 @@ HERE = Path(__file__).resolve().parent
 COURSE = HERE.parent.parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def peer_zygote():
+    """With a device, one zygote of reference peers serves every grading
+    this session starts (forked sessions and pytest subprocesses alike):
+    pyverbs is imported once, not once per grading."""
+    if not os.environ.get("RDMA_DEVICE") or os.environ.get("RDMA_PEER_JOBS"):
+        yield None
+        return
+    from grader.evidence.trusted.zygote import Zygote
+    z = Zygote()
+    path = z.ready()
+    if path:
+        os.environ[Zygote.ENV] = path
+    yield path
+    os.environ.pop(Zygote.ENV, None)
+    z.stop()
+
+
 def pytest_collection_modifyitems(config, items):
     """A student repository (make student-repo) has no solutions/: the
     tests that need them (marked instructor) are not collected there."""

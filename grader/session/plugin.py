@@ -25,6 +25,7 @@ from grader.core.build import build_dir, compile_lesson
 from grader.core.course import COURSE as COURSE_DEFAULT
 from grader.core.harness import GradeFailure
 from grader.evidence.rxe import Rdma
+from grader.evidence.trusted import run as peers
 from grader.evidence.sandbox import Sandbox
 
 HUNG_TIMEOUT = 5            # seconds per wait once a lesson's program hung
@@ -302,6 +303,7 @@ class Grader:
                        (self.results_path,
                         self.config.getoption("xmlpath", None)) if p]
             self.sandbox = Sandbox(self.course, read_only=outputs)
+            self.sandbox.trusted = self.trusted
             harness.track_trusted(self.trusted)
             if not self.sandbox.contained:
                 self.write(f"note: {self.sandbox.why_not}")
@@ -492,6 +494,7 @@ class Grader:
     # -- the end --
     def pytest_sessionfinish(self, session, exitstatus):
         # Results are written once no program of the submission is left.
+        peers.stop()
         if self.sandbox:
             self.sandbox.close()
             harness.track_trusted(None)
@@ -604,4 +607,6 @@ def rdma():
         raise GradeFailure(
             "no RDMA device to grade on: RDMA_DEVICE is not set or does not "
             "exist. Run the grader through vm-setup/with-rxe (make grade does).")
+    # The reference peers' zygote imports pyverbs while the first tests run.
+    peers.prestart()
     return r

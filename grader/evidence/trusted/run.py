@@ -13,8 +13,10 @@ from pathlib import Path
 
 from grader.core import harness
 from grader.core.harness import GradeFailure
+from grader.evidence.trusted.zygote import Zygote
 
 PEER = Path(__file__).resolve().parent / "peer.py"
+UDP_ECHO = Path(__file__).resolve().parent / "udp_echo.py"
 # Run as a script: importing the grader package would import pytest.
 REMOTE = Path(__file__).resolve().parent.parent / "remote.py"
 READY = r"^listening on port (\d+)$"
@@ -31,14 +33,46 @@ def peer_cmd(lesson, role, *opts):
     return [sys.executable, str(REMOTE), jobs, "--", *cmd] if jobs else cmd
 
 
+# The peers are forked by one zygote per grading session (pyverbs imported
+# once): a peer starts in milliseconds, not seconds. Not on host A of a pair:
+# there the peers run on host B (remote.py).
+_zygote = Zygote()
+
+
+def prestart():
+    """Start the zygote now, in the background (the grading session's
+    first device test): its imports overlap what the session does next."""
+    if not os.environ.get("RDMA_PEER_JOBS"):
+        _zygote.start()
+        if _zygote.pid():
+            harness.keep_trusted(_zygote.pid())
+
+
+def stop():
+    _zygote.stop()
+
+
+def _spawn(argv, env, cwd):
+    if os.environ.get("RDMA_PEER_JOBS"):
+        return None
+    prestart()
+    return _zygote.popen(argv, env=env, cwd=cwd)
+
+
+def start_peer(cmd, ready=None, timeout=40):
+    """A reference peer (`python3 peer.py ...` or `udp_echo.py ...`),
+    forked by the zygote when there is one."""
+    return harness.start(cmd, ready=ready, timeout=timeout, spawn=_spawn)
+
+
 def start_server(lesson, *opts, timeout=40):
     """The reference server, listening (its port: proc.port)."""
-    return harness.start(peer_cmd(lesson, "server", *opts), ready=READY,
-                         timeout=timeout)
+    return start_peer(peer_cmd(lesson, "server", *opts), ready=READY,
+                      timeout=timeout)
 
 
 def start_client(lesson, *opts, timeout=40):
-    return harness.start(peer_cmd(lesson, "client", *opts), timeout=timeout)
+    return start_peer(peer_cmd(lesson, "client", *opts), timeout=timeout)
 
 
 def verdict(proc, timeout=40, other=None):
