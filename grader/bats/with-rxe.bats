@@ -145,6 +145,41 @@ PY
 	assert_failure
 }
 
+@test "warm grader: make grade is a session of the resident grader; a changed grader file warms it again; nothing of a grading outlives it" {
+	cd "$COURSE"
+	run make --no-print-directory vm-up
+	assert_success
+	log() { vm-setup/with-rxe cat /run/rdma-course-grader/log; }
+	run make --no-print-directory grade LESSON=05 SRC=solutions TEST=bad_host
+	assert_success
+	assert_output --partial "Score: 1/1"
+	run log
+	assert_line --regexp '^[0-9:]+ session [0-9]+ started: .*--test=bad_host'
+	assert_line --regexp '^[0-9:]+ session [0-9]+ ended: exit 0'
+	# A grading whose program leaves a daemon behind (hostile/daemon.c: a
+	# setsid double fork): gone with its session, before the next command
+	# of the same job (whose own clean-up would hide a leftover).
+	# (in the course tree: the warm VM shares it, not the host's /tmp)
+	src=build/selftest/hostile-warm
+	/usr/bin/python3 grader/selftest/hostile/tree.py "$src"
+	/usr/bin/python3 -m grader build "$src" 01-devices
+	run vm-setup/with-rxe bash -c "make --no-print-directory grade LESSON=01 SRC=$src TEST=device_line >/dev/null 2>&1
+		ps -eo user:12,args | grep -E '^(64000|sandbox) |grader/lessons' | grep -v grep || echo clean"
+	assert_output clean
+	run log
+	assert_line --regexp '^[0-9:]+ session [0-9]+ started: .*--lesson=01 .*--test=device_line$'
+	# The grader as it is on disk, not as it was imported: a changed
+	# file makes the warm grader import again (and the grading still runs).
+	touch grader/session/pairs.py
+	run make --no-print-directory grade LESSON=05 SRC=solutions TEST=bad_host
+	assert_success
+	assert_output --partial "Score: 1/1"
+	run log
+	assert_output --partial "grader/session/pairs.py changed since the warm grader started"
+	run make --no-print-directory vm-down
+	assert_output --partial "warm VM stopped"
+}
+
 @test "warm VM: a wedged guest is stopped and the command runs on a fresh VM" {
 	cd "$COURSE"
 	vm-setup/microvm/run.sh --up

@@ -46,6 +46,8 @@ from pathlib import Path
 from grader.core.build import compile_lesson
 from grader.core.course import (COURSE, lesson_names, needs_device,
                                 parse_lessons)
+from grader.core import procs
+from grader.session import forked
 from grader.run.grade import (integrity_ok, prepare_grader,
                     pytest_args)
 
@@ -117,109 +119,6 @@ def changed_lessons(src, names):
 
 # ---- in the VM: grading a batch, one pytest session per submission -----------
 
-def _cgroup_root():
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        f = line.split()
-        if f[2] == "cgroup2":
-            return Path(f[1])
-    return None
-
-
-def _descendants(pid):
-    parent = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-                parent[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
-        found += kids
-        todo += kids
-    return found
-
-
-def _kill_cgroup(cg):
-    if cg is None or not cg.is_dir():
-        return
-    try:
-        (cg / "cgroup.kill").write_text("1")
-    except OSError:
-        return
-    deadline = time.monotonic() + 10
-    for sub in sorted(cg.rglob("*"), key=lambda p: -len(p.parts)):
-        if sub.is_dir():
-            try:
-                sub.rmdir()
-            except OSError:
-                pass
-    while time.monotonic() < deadline:
-        try:
-            cg.rmdir()
-            return
-        except OSError:
-            time.sleep(0.05)
-
-
-def _end_session(pid, cg):
-    """Kill everything of the pytest session `pid`: its processes (its
-    cgroup, or its process tree), its sandbox's cgroup and mount."""
-    for p in [pid, *_descendants(pid)]:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    _kill_cgroup(cg)
-    root = _cgroup_root()
-    if root is not None:
-        _kill_cgroup(root / f"rdma-grade.{pid}")
-    ns = Path("/run/rdma-course-grade") / f"mnt.{pid}"
-    if ns.exists():
-        subprocess.run(["umount", str(ns)], capture_output=True)
-        ns.unlink(missing_ok=True)
-    shutil.rmtree(Path(os.environ.get("TMPDIR", "/tmp"))
-                  / f"rdma-grade-scratch.{pid}", ignore_errors=True)
-
-
-def _session_cgroup(name):
-    """A cgroup for one pytest session (root only), or None."""
-    if os.geteuid() != 0:
-        return None
-    root = _cgroup_root()
-    if root is None:
-        return None
-    cg = root / f"rdma-class.{os.getpid()}" / name
-    try:
-        cg.mkdir(parents=True, exist_ok=True)
-        return cg
-    except OSError:
-        return None
-
-
-def _warm_imports():
-    """Import once what every pytest session imports: the sessions are
-    forked from here (importing pytest costs seconds under emulation)."""
-    import importlib
-
-    import pytest  # noqa: F401
-    from _pytest.config import default_plugins
-    for name in default_plugins:
-        try:
-            importlib.import_module("_pytest." + name)
-        except ImportError:
-            pass
-    for name in ("pytest_timeout", "grader.session.pairs", "grader.evidence.trusted.run",
-                 "grader.evidence.interpose"):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
-
-
 BUILD_WAIT = 1800           # seconds the runner waits for a submission's build
 
 
@@ -235,13 +134,14 @@ def _wait_for(path, secs):
 def run_batch(spec_path):
     """python3 -m grader class-run SPEC: grade the batch SPEC describes,
     printing `class-run: begin NAME` and `class-run: end NAME rc=N
-    killed=0|1 secs=S` for each."""
+    killed=0|1 secs=S` for each: one session forked per submission
+    (grader/session/forked.py)."""
     spec = json.loads(Path(spec_path).read_text())
     os.chdir(COURSE)
-    _warm_imports()
-    import pytest
+    forked.warm_imports()
     print("class-run: ready", flush=True)
-    for item in spec["items"]:
+    group = f"rdma-class.{os.getpid()}"
+    for n, item in enumerate(spec["items"]):
         out = Path(item["out"])
         out.mkdir(parents=True, exist_ok=True)
         if not _wait_for(Path(item["built"]), BUILD_WAIT):
@@ -249,35 +149,14 @@ def run_batch(spec_path):
                   f"come within {BUILD_WAIT} s", flush=True)
             continue
         args = pytest_args(item["src"], out / "results.json",
-                                 lesson=item["lesson"],
-                                 junit=out / "junit.xml",
-                                 transcripts=out / "transcripts")
-        # grader.session.plugin was imported here already (the grader package
-        # imports it): pytest cannot rewrite its asserts, which it does
-        # not need, and would say so in every console.log.
-        args += [f"--summary={out / 'summary.json'}",
-                 "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+                           lesson=item["lesson"], junit=out / "junit.xml",
+                           transcripts=out / "transcripts")
+        args.append(f"--summary={out / 'summary.json'}")
         print(f"class-run: begin {item['name']}", flush=True)
-        cg = _session_cgroup(f"s{spec['items'].index(item)}")
+        cg = forked.session_cgroup(group, f"s{n}")
         t0 = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            code = 3
-            try:
-                os.setsid()
-                if cg is not None:
-                    (cg / "cgroup.procs").write_text(str(os.getpid()))
-                fd = os.open(out / "console.log",
-                             os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                os.dup2(fd, 1)
-                os.dup2(fd, 2)
-                code = int(pytest.main(args))
-            except BaseException as e:      # noqa: BLE001 - child's last word
-                print(f"class-run: the grader failed: {e!r}", flush=True)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+        pid = forked.fork_session(args, cgroup=cg,
+                                  log=out / "console.log")
         deadline = t0 + float(spec.get("timeout", DEFAULT_TIMEOUT))
         killed, rc = 0, None
         while rc is None:
@@ -287,15 +166,16 @@ def run_batch(spec_path):
                 break
             if time.monotonic() > deadline:
                 killed = 1
-                _end_session(pid, cg)
+                forked.end_session(pid, cg)
                 rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
                 break
             time.sleep(0.1)
-        _end_session(pid, cg)
+        forked.end_session(pid, cg)
         print(f"class-run: end {item['name']} rc={rc} killed={killed} "
               f"secs={time.monotonic() - t0:.1f}", flush=True)
-    if os.geteuid() == 0 and _cgroup_root() is not None:
-        _kill_cgroup(_cgroup_root() / f"rdma-class.{os.getpid()}")
+    root = procs.cgroup2_root()
+    if os.geteuid() == 0 and root is not None:
+        procs.kill_cgroup(root / group)
     return 0
 
 

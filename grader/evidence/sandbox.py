@@ -33,28 +33,13 @@ import subprocess
 import time
 from pathlib import Path
 
+from grader.core import procs
 from grader.core.build import grader_program
 
 STUDENT_UID = 64000
 STUDENT_GID = 64000
 STATE = Path("/run/rdma-course-grade")          # root only, 0700
 PR_SET_CHILD_SUBREAPER = 36
-
-
-def _mounts():
-    """(mount point, fs type) of this process's mount namespace."""
-    out = []
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        f = line.split()
-        out.append((f[1].replace("\\040", " "), f[2]))
-    return out
-
-
-def _cgroup2_root():
-    for point, fstype in _mounts():
-        if fstype == "cgroup2":
-            return Path(point)
-    return None
 
 
 class Sandbox:
@@ -94,7 +79,7 @@ class Sandbox:
                 raise RuntimeError(f"{tool} is missing (util-linux)")
         # Made on the host by `python3 -m grader build`; here only if not.
         self.launcher = grader_program(self.course, "evidence/sandbox-exec.c")
-        cg = _cgroup2_root()
+        cg = procs.cgroup2_root()
         if cg is None:
             Path("/sys/fs/cgroup").mkdir(exist_ok=True)
             subprocess.run(["mount", "-t", "cgroup2", "cgroup2",
@@ -107,7 +92,7 @@ class Sandbox:
             raise RuntimeError("cgroup v2 without cgroup.kill (kernel < 5.14)")
         # The namespace file must sit on a private mount of its own.
         STATE.mkdir(mode=0o700, exist_ok=True)
-        if str(STATE) not in {p for p, _ in _mounts()}:
+        if str(STATE) not in {p for p, _ in procs.mounts()}:
             subprocess.run(["mount", "--bind", STATE, STATE], check=True,
                            capture_output=True)
         subprocess.run(["mount", "--make-private", STATE], check=True,
@@ -115,7 +100,7 @@ class Sandbox:
         self.nsfile = STATE / f"mnt.{os.getpid()}"
         self.nsfile.touch()
         ro = {str(self.course)} | {str(p) for p in self.read_only}
-        ro |= {p for p, t in _mounts() if t == "9p"}
+        ro |= {p for p, t in procs.mounts() if t == "9p"}
         lines = ["set -e"]
         for p in sorted(ro):
             lines.append(f"mount --bind '{p}' '{p}'")
@@ -198,15 +183,7 @@ class Sandbox:
     def _kill_descendants(self):
         """Not contained: every process below the grader that no live
         trusted Proc owns. Orphans were reparented here (subreaper)."""
-        parent = {}
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                stat = (d / "stat").read_text()
-                parent[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
+        parent = procs.parents()
         me = os.getpid()
         keep = set(self.trusted)
         victims = []

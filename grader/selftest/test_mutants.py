@@ -27,15 +27,14 @@ right here on the host.
 import json
 import os
 import re
-import sys
 import time
 import tomllib
-import warnings
 from pathlib import Path
 
 import pytest
 
 from conftest import COURSE, patched_lesson
+from grader.session import forked
 
 MUTANTS = COURSE / "grader" / "selftest" / "mutants"
 TREE = COURSE / "build" / "selftest-mutants"
@@ -178,22 +177,11 @@ def check_mutant(m, out):
 
 
 def _fork_grade(m, out):
-    """Grade @m in a child of this process (pytest is imported already:
-    under the VM's emulation that saves seconds per mutant); its pid."""
+    """Grade @m in a session forked from this process (pytest and the
+    lessons' tests are imported already: under the VM's emulation that
+    saves seconds per mutant); its pid."""
     out.mkdir(parents=True, exist_ok=True)
-    pid = os.fork()
-    if pid == 0:
-        code = 70
-        try:
-            fd = os.open(out / "log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            # The outer session's capture holds sys.stdout: the log instead.
-            sys.stdout = sys.stderr = os.fdopen(os.dup(1), "w", buffering=1)
-            code = int(pytest.main(_pytest_args(m, out)))
-        finally:
-            os._exit(code)
-    return pid
+    return forked.fork_session(_pytest_args(m, out), log=out / "log")
 
 
 # Mutants graded at once. Most of a mutant's time is a program waiting for
@@ -201,21 +189,6 @@ def _fork_grade(m, out):
 # own sandbox (per pid) and ports (-p 0). No symptom of lessons 01-08 reads
 # the device-wide counters, which other mutants' runs would move.
 PARALLEL = int(os.environ.get("MUTANTS_PARALLEL", "6"))
-
-
-def _preimport(mutants):
-    """Import the grader and the mutants' lessons' test modules once, here,
-    as pytest would (rootdir-relative, `prepend`): every fork reuses them."""
-    import importlib
-    import grader.session.plugin  # noqa: F401
-    lessons = str(COURSE / "grader" / "lessons")
-    if lessons not in sys.path:
-        sys.path.insert(0, lessons)
-    with warnings.catch_warnings():     # @points: a mark of the plugin's
-        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
-        for num in sorted({m.num for m in mutants}):
-            for f in sorted(Path(lessons).glob(f"test_{num}_*.py")):
-                importlib.import_module(f.stem)
 
 
 def _grade_all(mutants, tmp_path, parallel):
@@ -229,7 +202,7 @@ def _grade_all(mutants, tmp_path, parallel):
             if len(f) == 3 and f[1] == "s":
                 last[f[2]] = float(f[0])
     todo = sorted(mutants, key=lambda m: -last.get(m.id, 0))
-    _preimport(mutants)
+    forked.warm_imports({m.num for m in mutants})
     t0 = time.monotonic()
     running, took, problems = {}, {}, []
     while todo or running:

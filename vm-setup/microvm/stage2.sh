@@ -143,6 +143,19 @@ serve_job() {
 if [ "${SERVE:-0}" = 1 ]; then
 	cd /
 	mkdir -p "$JOBS"
+	# The warm grader (grader/session/server.py): pytest, the grader and
+	# pyverbs imported once, a grading session forked per `make grade`.
+	# Its socket is root's alone; a job that finds none grades cold, one
+	# that finds it warming up waits for it (grader/session/client.py).
+	if [ "${PAIR_SERVE:-0}" != 1 ] && [ -e "$COURSE_DIR/grader/session/server.py" ]; then
+		$BB mkdir -p -m 0700 /run/rdma-course-grader
+		: >/run/rdma-course-grader/warming
+		(
+			cd "$COURSE_DIR" || exit 1
+			setsid /usr/bin/python3 -m grader.session.server /run/rdma-course-grader/sock
+			rm -f /run/rdma-course-grader/warming
+		) </dev/null >/run/rdma-course-grader/log 2>&1 &
+	fi
 	# Sleeping is bash's read -t on a FIFO nobody writes: no process per
 	# tick (under TCG an idle loop of forks costs the host half a core).
 	$BB mkfifo /run/rxe-vm-tick

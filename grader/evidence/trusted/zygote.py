@@ -357,10 +357,12 @@ class Zygote:
         return ZygoteProcess(path, argv[1:], env=env, cwd=cwd)
 
     def stop(self):
+        """End the zygote this object started (not one it was given): its
+        peers ended with their tests; one still importing is killed."""
         if self.proc:
             try:
                 self.proc.stdin.close()
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=0.5)
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait()

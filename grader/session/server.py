@@ -1,0 +1,230 @@
+"""The warm grader: in a warm micro-VM (make vm-up, make watch) a grading
+session starts at once instead of importing Python's pytest, the grader
+and pyverbs again (about 10 s under the VM's emulation).
+
+    python3 -m grader.session.server SOCKET
+
+vm-setup/microvm/stage2.sh starts it, as root, when a warm VM comes up.
+It imports pytest, the grader and every lesson's tests once, forks the
+reference peers' zygote (pyverbs imported; grader/evidence/trusted/zygote.py),
+and serves on the Unix socket SOCKET (a root-only directory: the sandboxed
+programs cannot reach it). Each request is one grading session, forked
+from this warm process: nothing a session does reaches the next, because
+nothing of it outlives it (forked.end_session: its processes, its cgroup,
+its sandbox's cgroup, namespace and scratch; its peers end with their
+connections to the zygote), and the server itself never runs a test.
+
+A request (client.py sends it) is JSON `{"argv": [PYTEST ARGS], "cwd": DIR,
+"env": {NAME: VALUE}}` with three descriptors (the session's stdin, stdout,
+stderr). The replies: `{"pid": N}`, then `{"status": EXIT}` when the session
+ended. A client that hangs up first has its session ended. When a file of
+grader/ changed since the warm-up the reply is `{"stale": WHY}` instead: the
+client grades the cold way, and the server warms up again (it re-executes
+itself once no session runs).
+"""
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from grader.core.course import COURSE
+from grader.evidence.trusted import zygote
+from grader.session import forked
+
+GRADER = COURSE / "grader"
+
+
+def fingerprint():
+    """What the warm imports were made of: every Python file of grader/
+    (path, size, modification time)."""
+    out = []
+    for f in sorted(GRADER.rglob("*.py")):
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        out.append((str(f.relative_to(GRADER)), st.st_size, st.st_mtime_ns))
+    return out
+
+
+def changed(before, after):
+    """A few words on what differs between two fingerprints."""
+    a, b = dict((p, rest) for p, *rest in before), \
+        dict((p, rest) for p, *rest in after)
+    diff = sorted(p for p in set(a) | set(b) if a.get(p) != b.get(p))
+    return ("grader/" + ", grader/".join(diff[:3])
+            + (f" and {len(diff) - 3} more" if len(diff) > 3 else "")
+            + " changed since the warm grader started")
+
+
+class Server:
+    def __init__(self, path):
+        self.path = path
+        self.sessions = {}          # pid -> (connection or None, cgroup)
+        self.conns = {}             # connection -> pid
+        self.count = 0
+        self.stale = None
+        self.group = f"rdma-warm.{os.getpid()}"
+
+    def log(self, what):
+        print(f"{time.strftime('%H:%M:%S')} {what}", flush=True)
+
+    def warm_up(self):
+        forked.warm_imports()
+        self.print_ = fingerprint()
+        # The zygote is a fork of this process: pyverbs is imported once.
+        mains = zygote._load_peers()
+        self.zygote_path = str(Path(self.path).parent / "peers")
+        r, self.zygote_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(self.zygote_w)
+            os.setsid()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            try:
+                zygote.serve(self.zygote_path, mains, control=r)
+            finally:
+                os._exit(0)
+        os.close(r)
+        self.zygote_pid = pid
+
+    def serve(self):
+        self.listener = listener = socket.socket(socket.AF_UNIX,
+                                                 socket.SOCK_SEQPACKET)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        listener.bind(self.path)
+        os.chmod(self.path, 0o600)
+        listener.listen(16)
+        self.wake_r, self.wake_w = wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        print(f"grader server ready on {self.path}", flush=True)
+        try:
+            os.unlink(Path(self.path).parent / "warming")
+        except FileNotFoundError:
+            pass
+        while True:
+            if self.stale and not self.sessions:
+                listener.close()
+                return self.stale
+            watch = [wake_r, *self.conns] + ([listener] if not self.stale
+                                              else [])
+            ready, _, _ = select.select(watch, [], [], 5)
+            if wake_r in ready:
+                os.read(wake_r, 4096)
+            if listener in ready:
+                try:
+                    conn, _ = listener.accept()
+                    self.conns[conn] = None
+                except OSError:
+                    pass
+            for conn in [c for c in ready if c in self.conns]:
+                self.on_message(conn)
+            self.reap()
+
+    def on_message(self, conn):
+        try:
+            msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        except OSError:
+            msg, fds = b"", []
+        pid = self.conns[conn]
+        if not msg:                     # the client hung up
+            for fd in fds:
+                os.close(fd)
+            del self.conns[conn]
+            conn.close()
+            if pid is not None and pid in self.sessions:
+                _, cg = self.sessions[pid]
+                self.sessions[pid] = (None, cg)
+                forked.end_session(pid, cg)
+            return
+        try:
+            if pid is not None or len(fds) != 3:
+                raise ValueError("one request per connection, with its "
+                                 "stdin, stdout and stderr")
+            req = json.loads(msg)
+            argv, cwd, env = req["argv"], req["cwd"], dict(req["env"])
+            now = fingerprint()
+            if now != self.print_:
+                self.stale = changed(self.print_, now)
+                conn.send(json.dumps({"stale": self.stale}).encode())
+                return
+            env[zygote.Zygote.ENV] = self.zygote_path
+            self.count += 1
+            cg = forked.session_cgroup(self.group, f"s{self.count}")
+            child = forked.fork_session(
+                argv, stdio=fds, cwd=cwd, env=env, cgroup=cg,
+                closing=[self.listener, self.wake_r, self.wake_w,
+                         self.zygote_w, *self.conns])
+            self.sessions[child] = (conn, cg)
+            self.conns[conn] = child
+            self.log(f"session {child} started: {' '.join(argv)[-120:]}")
+            conn.send(json.dumps({"pid": child}).encode())
+        except (ValueError, KeyError, TypeError, OSError) as e:
+            try:
+                conn.send(json.dumps({"error": str(e)}).encode())
+            except OSError:
+                pass
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == getattr(self, "zygote_pid", None):
+                # The zygote died: later sessions start their own.
+                self.zygote_pid = None
+                continue
+            if pid not in self.sessions:
+                continue
+            conn, cg = self.sessions.pop(pid)
+            forked.end_session(pid, cg)
+            self.log(f"session {pid} ended: exit "
+                     f"{os.waitstatus_to_exitcode(status)}")
+            if conn is not None:
+                try:
+                    conn.send(json.dumps({
+                        "status": os.waitstatus_to_exitcode(status)}).encode())
+                except OSError:
+                    pass
+
+
+def main(argv):
+    if len(argv) != 1:
+        print("usage: python3 -m grader.session.server SOCKET",
+              file=sys.stderr)
+        return 2
+    os.chdir(COURSE)
+    server = Server(argv[0])
+    server.warm_up()
+    why = server.serve()
+    # A grader file changed: warm up again from the files as they are now
+    # (clients meanwhile wait, as they do at the VM's start).
+    print(f"grader server: {why}; warming up again", flush=True)
+    (Path(argv[0]).parent / "warming").touch()
+    try:
+        os.unlink(argv[0])
+    except FileNotFoundError:
+        pass
+    os.execv(sys.executable, [sys.executable, "-m", "grader.session.server",
+                              *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
