@@ -1,0 +1,222 @@
+#!/usr/bin/env bats
+# Setting up wherever students are: the pinned VM kernel fetched the same way
+# on Debian and Ubuntu (and refused when its sha256 differs), the pin's
+# update, arm64 hosts, install-deps on Ubuntu, the offline cache, the dev
+# container. Runs on the host, boots no VM: a small stand-in kernel package
+# (modules that are just named ELF objects) is served from 127.0.0.1.
+
+bats_require_minimum_version 1.5.0
+
+# One empty ELF object stands in for every module (depmod names a module
+# after its file).
+setup_file() {
+	echo 'static const char v[] __attribute__((section(".modinfo"), used)) = "license=GPL";' >"$BATS_FILE_TMPDIR/m.c"
+	gcc -c -o "$BATS_FILE_TMPDIR/m.ko" "$BATS_FILE_TMPDIR/m.c"
+}
+
+setup() {
+	load helpers
+	export BATS_LIB_PATH=/usr/lib/bats
+	T=$BATS_TEST_TMPDIR
+	export RXE_VM_CACHE=$T/cache TMPDIR=$T
+	mkdir -p "$T/bin" "$T/mirror"
+	export PATH="$T/bin:$PATH"
+}
+
+teardown() {
+	[ -f "$T/http.pid" ] && kill "$(cat "$T/http.pid")" 2>/dev/null
+	return 0
+}
+
+# fake_kernel ARCH VERSION - a stand-in Debian kernel package in
+# $T/mirror/debian/pool/main/l/linux-test/, pinned in $T/kernel.lock (as
+# make vm-kernel-update writes it). Its modules are one empty ELF object
+# under the names build.sh needs; its kernel is a text file.
+fake_kernel() {
+	local arch=$1 ver=$2 kver="9.9.9-test-$1" d m file pool sha
+	d=$T/pkg-$arch-$ver
+	mkdir -p "$d/DEBIAN" "$d/boot" "$d/lib/modules/$kver/kernel/test"
+	printf 'Package: linux-image-%s\nVersion: %s\nArchitecture: %s\nMaintainer: test <t@localhost>\nDescription: stand-in kernel\n' \
+		"$kver" "$ver" "$arch" >"$d/DEBIAN/control"
+	echo "kernel $kver $ver" >"$d/boot/vmlinuz-$kver"
+	for m in virtio_pci 9pnet_virtio 9p overlay dummy virtio_net sch_netem crc32_generic rdma_rxe ib_uverbs rdma_ucm virtio_console; do
+		cp "$BATS_FILE_TMPDIR/m.ko" "$d/lib/modules/$kver/kernel/test/$m.ko"
+	done
+	: >"$d/lib/modules/$kver/modules.order"
+	: >"$d/lib/modules/$kver/modules.builtin"
+	: >"$d/lib/modules/$kver/modules.builtin.modinfo"
+	file=linux-image-${kver}_${ver}_$arch.deb
+	pool=debian/pool/main/l/linux-test
+	mkdir -p "$T/mirror/$pool"
+	dpkg-deb --root-owner-group -b "$d" "$T/mirror/$pool/$file" >/dev/null
+	sha=$(sha256sum "$T/mirror/$pool/$file" | cut -d' ' -f1)
+	[ -f "$T/kernel.lock" ] || echo "suite = bookworm" >"$T/kernel.lock"
+	sed -i "/^$arch\./d" "$T/kernel.lock"
+	{
+		echo "$arch.package = linux-image-$kver"
+		echo "$arch.version = $ver"
+		echo "$arch.path = $pool/$file"
+		echo "$arch.size = $(stat -c %s "$T/mirror/$pool/$file")"
+		echo "$arch.sha256 = $sha"
+		echo "$arch.sha1 = $(sha1sum "$T/mirror/$pool/$file" | cut -d' ' -f1)"
+	} >>"$T/kernel.lock"
+	export RXE_VM_KERNEL_LOCK=$T/kernel.lock
+	FAKE_FILE=$file FAKE_PATH=$pool/$file FAKE_SHA=$sha
+}
+
+# serve - an HTTP server on 127.0.0.1 for $T/mirror (Debian's archive and
+# snapshot.debian.org both); its requests are logged in $T/http.log.
+serve() {
+	: >"$T/http.log"
+	python3 -u -m http.server --bind 127.0.0.1 --directory "$T/mirror" 0 >"$T/http.log" 2>&1 3>&- &
+	echo $! >"$T/http.pid"
+	for _ in $(seq 100); do
+		port=$(sed -n 's/.* port \([0-9]*\) .*/\1/p' "$T/http.log")
+		[ -n "$port" ] && break
+		sleep 0.05
+	done
+	[ -n "$port" ] || fail "the test's HTTP server did not start: $(cat "$T/http.log")"
+	export RXE_VM_DEBIAN_MIRROR=http://127.0.0.1:$port RXE_VM_SNAPSHOT=http://127.0.0.1:$port/snapshot
+}
+
+# ubuntu_apt - stand-in apt-cache and apt-get that know no Debian kernel, as
+# on Ubuntu; every call is logged in $T/apt.log.
+ubuntu_apt() {
+	for t in apt-cache apt-get; do
+		printf '#!/bin/bash\necho "%s $*" >>"%s/apt.log"\necho "E: Unable to locate package ${*: -1}" >&2\nexit 100\n' "$t" "$T" >"$T/bin/$t"
+		chmod +x "$T/bin/$t"
+	done
+}
+
+@test "Ubuntu (apt knows no Debian kernel): the pin comes from Debian's archive by URL, sha256 checked, and the VM entry is built from it" {
+	fake_kernel amd64 1.0-1
+	ubuntu_apt
+	serve
+	run --separate-stderr "$COURSE/vm-setup/microvm/build.sh"
+	assert_success
+	entry=$output
+	[[ "$entry" == "$T/cache/vm-"* ]]
+	run cat "$entry/kernel-version"
+	assert_output 9.9.9-test-amd64
+	run cat "$entry/arch"
+	assert_output amd64
+	# The initramfs holds the modules of the pinned package.
+	run bash -c "cpio -it <'$entry/initrd.cpio'"
+	assert_output --partial "lib/modules/9.9.9-test-amd64/kernel/test/rdma_rxe.ko"
+	# apt was asked for the pinned version and said no; the URL gave the file.
+	run cat "$T/apt.log"
+	assert_output --partial "apt-cache show linux-image-9.9.9-test-amd64:amd64=1.0-1"
+	refute_output --partial "apt-get download"
+	run grep -c "GET /$FAKE_PATH HTTP" "$T/http.log"
+	assert_output 1
+	run sha256sum "$T/cache/debs/$FAKE_FILE"
+	assert_output "$FAKE_SHA  $T/cache/debs/$FAKE_FILE"
+	# Built once: the next run answers from the cache, no download.
+	run "$COURSE/vm-setup/microvm/build.sh"
+	assert_success
+	assert_output "$entry"
+	run grep -c "GET /" "$T/http.log"
+	assert_output 1
+}
+
+@test "a corrupted download is refused: nothing cached or built; snapshot.debian.org by hash is the last resort" {
+	fake_kernel amd64 1.0-1
+	ubuntu_apt
+	good=$T/good.deb
+	mv "$T/mirror/$FAKE_PATH" "$good"
+	# The archive serves other bytes under the pinned name; no snapshot yet.
+	cp "$good" "$T/mirror/$FAKE_PATH"
+	printf 'X' | dd of="$T/mirror/$FAKE_PATH" bs=1 seek=100 conv=notrunc 2>/dev/null
+	serve
+	run "$COURSE/vm-setup/microvm/build.sh"
+	assert_failure 1
+	assert_output --partial "refused $FAKE_FILE from $RXE_VM_DEBIAN_MIRROR/$FAKE_PATH: its sha256 is"
+	assert_output --partial "the pin's $FAKE_SHA"
+	assert_output --partial "cannot get the pinned $FAKE_FILE"
+	assert_output --partial "make vm-cache-import"
+	run ls -A "$T/cache/debs"
+	assert_output ".lock"
+	run ls -d "$T/cache"/vm-*
+	assert_failure
+	# snapshot.debian.org keeps every file by hash: the good copy is there.
+	sha1=$(sha1sum "$good" | cut -d' ' -f1)
+	mkdir -p "$T/mirror/snapshot/file"
+	cp "$good" "$T/mirror/snapshot/file/$sha1"
+	run "$COURSE/vm-setup/microvm/build.sh"
+	assert_success
+	assert_output --partial "$FAKE_FILE verified (sha256 $FAKE_SHA) from $RXE_VM_SNAPSHOT/file/$sha1"
+	run grep -c "GET /snapshot/file/$sha1 HTTP/1.1\" 200" "$T/http.log"
+	assert_output 1
+}
+
+@test "a cached copy that is not the pin is replaced; RXE_VM_KERNEL_DEB must be the pinned file" {
+	fake_kernel amd64 1.0-1
+	ubuntu_apt
+	serve
+	mkdir -p "$T/cache/debs"
+	echo "not a kernel" >"$T/cache/debs/$FAKE_FILE"
+	run "$COURSE/vm-setup/microvm/fetch-kernel.sh"
+	assert_success
+	assert_output --partial "the cached $FAKE_FILE is not the pinned file"
+	assert_line "$T/cache/debs/$FAKE_FILE"
+	[ "$(sha256sum <"$T/cache/debs/$FAKE_FILE" | cut -d' ' -f1)" = "$FAKE_SHA" ]
+	echo "another kernel" >"$T/other.deb"
+	RXE_VM_KERNEL_DEB=$T/other.deb run "$COURSE/vm-setup/microvm/fetch-kernel.sh"
+	assert_failure 1
+	assert_output --partial "RXE_VM_KERNEL_DEB=$T/other.deb is not the pinned $FAKE_FILE"
+	RXE_VM_KERNEL_DEB=$T/cache/debs/$FAKE_FILE run "$COURSE/vm-setup/microvm/fetch-kernel.sh"
+	assert_success
+	assert_output "$T/cache/debs/$FAKE_FILE"
+}
+
+@test "apt-get download is used only when apt lists the pinned version with the pinned sha256, and its file is checked" {
+	fake_kernel amd64 1.0-1
+	# A Debian host whose apt has the pinned version: it downloads it.
+	cat >"$T/bin/apt-cache" <<-EOF
+		#!/bin/bash
+		echo "apt-cache \$*" >>"$T/apt.log"
+		printf 'Package: linux-image-9.9.9-test-amd64\nVersion: 1.0-1\nSHA256: %s\n' "\${APT_SHA:-$FAKE_SHA}"
+	EOF
+	cat >"$T/bin/apt-get" <<-EOF
+		#!/bin/bash
+		echo "apt-get \$*" >>"$T/apt.log"
+		cp "$T/mirror/$FAKE_PATH" .
+	EOF
+	chmod +x "$T/bin/apt-cache" "$T/bin/apt-get"
+	run "$COURSE/vm-setup/microvm/fetch-kernel.sh"
+	assert_success
+	assert_output --partial "verified (sha256 $FAKE_SHA) from apt-get download"
+	run cat "$T/apt.log"
+	assert_output --partial "apt-get download linux-image-9.9.9-test-amd64:amd64=1.0-1"
+	# apt listing another sha256 for that version: apt-get is not asked, and
+	# with no archive reachable the fetch fails, naming what it tried.
+	rm -rf "$T/cache" "$T/apt.log"
+	APT_SHA=$(printf '0%.0s' {1..64}) RXE_VM_DEBIAN_MIRROR=http://127.0.0.1:9 RXE_VM_SNAPSHOT=http://127.0.0.1:9 \
+		run "$COURSE/vm-setup/microvm/fetch-kernel.sh"
+	assert_failure 1
+	run cat "$T/apt.log"
+	refute_output --partial "apt-get download"
+}
+
+@test "the cache entry's name changes with the architecture's pin, and only with it" {
+	fake_kernel amd64 1.0-1
+	fake_kernel arm64 1.0-1
+	ubuntu_apt
+	serve
+	run "$COURSE/vm-setup/microvm/build.sh"
+	assert_success
+	first=${lines[-1]}
+	# Another arm64 pin: the amd64 entry stays.
+	fake_kernel arm64 2.0-1
+	run "$COURSE/vm-setup/microvm/build.sh"
+	assert_success
+	assert_output "$first"
+	# A new amd64 pin: a new entry, built from the new package.
+	fake_kernel amd64 2.0-1
+	run --separate-stderr "$COURSE/vm-setup/microvm/build.sh"
+	assert_success
+	[ "$output" != "$first" ]
+	# shellcheck disable=SC2154 # run --separate-stderr sets $stderr
+	[[ "$stderr" == *"the amd64 kernel pin differ"* ]]
+	[[ "$stderr" == *"unpacking linux-image-9.9.9-test-amd64_2.0-1_amd64.deb"* ]]
+}
