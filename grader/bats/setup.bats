@@ -220,3 +220,58 @@ ubuntu_apt() {
 	[[ "$stderr" == *"the amd64 kernel pin differ"* ]]
 	[[ "$stderr" == *"unpacking linux-image-9.9.9-test-amd64_2.0-1_amd64.deb"* ]]
 }
+
+# fake_uname M - uname -m says M (the test of another host architecture).
+fake_uname() {
+	printf '#!/bin/bash\n[ "$1" = -m ] && { echo %s; exit 0; }\nexec /bin/uname "$@"\n' "$1" >"$T/bin/uname"
+	chmod +x "$T/bin/uname"
+}
+
+@test "arm64 host (uname -m: aarch64): the arm64 pin, no PVH kernel, qemu-system-aarch64's virt machine with virtio consoles" {
+	fake_kernel amd64 1.0-1
+	fake_kernel arm64 1.0-1
+	ubuntu_apt
+	serve
+	fake_uname aarch64
+	run --separate-stderr "$COURSE/vm-setup/microvm/build.sh"
+	assert_success
+	entry=$output
+	run cat "$entry/kernel-version" "$entry/arch"
+	assert_output "9.9.9-test-arm64
+arm64"
+	[ ! -e "$entry/vmlinux" ]
+	run bash -c "cpio -it <'$entry/initrd.cpio'"
+	assert_output --partial "kernel/test/virtio_console.ko"
+	run grep -c "GET /debian/pool/main/l/linux-test/linux-image-9.9.9-test-arm64_1.0-1_arm64.deb" "$T/http.log"
+	assert_output 1
+	# No qemu-system-aarch64: the install command is named.
+	mkdir "$T/bin2"
+	for t in bash cat dirname mktemp rm sed awk; do ln -s "$(command -v $t)" "$T/bin2/$t"; done
+	cp "$T/bin/uname" "$T/bin2/"
+	PATH=$T/bin2 RXE_VM_COLD=1 RXE_VM_ACCEL=tcg run "$COURSE/vm-setup/microvm/run.sh" true
+	assert_failure 1
+	assert_output --partial "qemu-system-aarch64 is missing (run: vm-setup/install-deps.sh)"
+	# A stand-in QEMU records how it would boot.
+	printf '#!/bin/bash\nprintf "%%s\\n" "$*" >>"%s/qemu.args"\nexit 1\n' "$T" >"$T/bin/qemu-system-aarch64"
+	chmod +x "$T/bin/qemu-system-aarch64"
+	RXE_VM_COLD=1 RXE_VM_ACCEL=tcg run "$COURSE/vm-setup/microvm/run.sh" true
+	assert_failure 125
+	run cat "$T/qemu.args"
+	assert_output --partial "-M virt,gic-version=max -accel tcg,thread=multi -cpu max "
+	assert_output --partial "-kernel $entry/vmlinuz "
+	assert_output --partial "console=ttyAMA0 "
+	assert_output --partial "rxe_vm.ports=ttyAMA0,hvc0,hvc1"
+	assert_output --partial "-device virtio-serial-pci,id=vser -chardev file,path="
+	assert_output --partial "-device virtconsole,chardev=out"
+	assert_output --partial "-device virtconsole,chardev=err"
+	# KVM, when its probe passes: the host's CPU on the same machine.
+	rm "$T/qemu.args"
+	RXE_VM_COLD=1 RXE_VM_ACCEL=kvm run "$COURSE/vm-setup/microvm/run.sh" true
+	run cat "$T/qemu.args"
+	assert_output --partial "-M virt,gic-version=max -accel kvm -cpu host "
+	# An architecture the micro-VM has no kernel for is refused by name.
+	fake_uname riscv64
+	run "$COURSE/vm-setup/microvm/build.sh"
+	assert_failure 1
+	assert_output --partial "this host is riscv64: the micro-VM runs on x86_64 and aarch64 hosts"
+}
