@@ -275,3 +275,129 @@ arm64"
 	assert_failure 1
 	assert_output --partial "this host is riscv64: the micro-VM runs on x86_64 and aarch64 hosts"
 }
+
+# debian_apt VERSION - stand-in apt-get and apt-cache for kernel-update.sh's
+# own apt: Debian's current kernel for amd64 and arm64 is the stand-in
+# package VERSION in $T/mirror. A stand-in make records the self-check and
+# exits $MAKE_RC.
+debian_apt() {
+	cat >"$T/bin/apt-cache" <<-EOF
+		#!/bin/bash
+		a=\${*: -1}; arch=\${a#*:}
+		case " \$* " in
+		*" depends "*) printf 'linux-image-%s\n  Depends: linux-image-9.9.9-test-%s\n' "\$arch" "\$arch" ;;
+		*" show "*) echo "Version: $1" ;;
+		esac
+	EOF
+	cat >"$T/bin/apt-get" <<-EOF
+		#!/bin/bash
+		echo "apt-get \$*" >>"$T/apt.log"
+		a=\${*: -1}; arch=\${a#*:}
+		f=linux-image-9.9.9-test-\${arch}_$1_\$arch.deb
+		p=$T/mirror/debian/pool/main/l/linux-test/\$f
+		case " \$* " in
+		*" update "*) ;;
+		*" --print-uris "*) echo "'\$RXE_VM_DEBIAN_MIRROR/debian/pool/main/l/linux-test/\$f' \$f \$(stat -c %s "\$p") SHA256:\$(sha256sum <"\$p" | cut -d' ' -f1)" ;;
+		*" download "*) cp "\$p" . ;;
+		esac
+	EOF
+	printf '#!/bin/bash\necho "make $*" >>"%s/make.log"\nexit ${MAKE_RC:-0}\n' "$T" >"$T/bin/make"
+	chmod +x "$T/bin/apt-cache" "$T/bin/apt-get" "$T/bin/make"
+	echo keys >"$T/keyring"
+	export RXE_VM_DEBIAN_KEYRING=$T/keyring RXE_VM_DEBIAN_MIRROR=http://mirror.test
+}
+
+@test "make vm-kernel-update: moves the pin, prints old -> new, grades the solutions on it, puts the old pin back when they fail" {
+	fake_kernel amd64 2.0-1
+	new_amd64=$FAKE_SHA
+	fake_kernel arm64 2.0-1
+	fake_kernel amd64 1.0-1
+	old_amd64=$FAKE_SHA
+	fake_kernel arm64 1.0-1
+	cp "$T/kernel.lock" "$T/old.lock"
+	debian_apt 2.0-1
+	MAKE_RC=1 run "$COURSE/vm-setup/microvm/kernel-update.sh"
+	assert_failure 1
+	assert_output --partial "amd64: linux-image-9.9.9-test-amd64 1.0-1 (sha256 ${old_amd64:0:16}...) -> linux-image-9.9.9-test-amd64 2.0-1 (sha256 ${new_amd64:0:16}...)"
+	assert_output --partial "arm64: linux-image-9.9.9-test-arm64 1.0-1"
+	assert_output --partial "the solutions lost points on the new kernel: the old pin is back"
+	run cat "$T/make.log"
+	assert_output --partial "grade SRC=solutions LESSON=01"
+	cmp "$T/kernel.lock" "$T/old.lock"
+	# The check passes: the new pin stays, and fetch-kernel.sh finds it cached.
+	MAKE_RC=0 run "$COURSE/vm-setup/microvm/kernel-update.sh" --check 05,06
+	assert_success
+	assert_output --partial "the new pin passes"
+	run grep -c "grade SRC=solutions LESSON=05,06" "$T/make.log"
+	assert_output 1
+	run grep -E '^amd64\.(version|path|sha256|sha1) = ' "$T/kernel.lock"
+	assert_output "amd64.version = 2.0-1
+amd64.path = debian/pool/main/l/linux-test/linux-image-9.9.9-test-amd64_2.0-1_amd64.deb
+amd64.sha256 = $new_amd64
+amd64.sha1 = $(sha1sum <"$T/cache/debs/linux-image-9.9.9-test-amd64_2.0-1_amd64.deb" | cut -d' ' -f1)"
+	run "$COURSE/vm-setup/microvm/fetch-kernel.sh"
+	assert_success
+	assert_output "$T/cache/debs/linux-image-9.9.9-test-amd64_2.0-1_amd64.deb"
+	# Nothing new: nothing written, nothing graded.
+	rm "$T/make.log"
+	run "$COURSE/vm-setup/microvm/kernel-update.sh"
+	assert_success
+	assert_output --partial "amd64: linux-image-9.9.9-test-amd64 2.0-1 (sha256 ${new_amd64:0:16}...): unchanged"
+	assert_output --partial "nothing to do"
+	[ ! -e "$T/make.log" ]
+}
+
+@test "offline lab: make vm-cache-export OUT=FILE carries the pinned package; vm-cache-import checks it against the pin and the VM builds offline" {
+	fake_kernel amd64 1.0-1
+	ubuntu_apt
+	serve
+	run make -C "$COURSE" --no-print-directory vm-cache-export
+	assert_failure
+	assert_output --partial "usage: make vm-cache-export OUT=FILE"
+	run make -C "$COURSE" --no-print-directory vm-cache-export OUT="$T/lab.tar"
+	assert_success
+	assert_output --partial "wrote $T/lab.tar"
+	assert_output --partial "$FAKE_FILE (amd64)"
+	run tar -tf "$T/lab.tar"
+	assert_line "rdma-course-vm-cache/debs/$FAKE_FILE"
+	assert_line "rdma-course-vm-cache/kernel.lock"
+	# Another machine, no network: the import fills its cache, the VM builds.
+	kill "$(cat "$T/http.pid")"
+	rm "$T/http.pid"
+	export RXE_VM_CACHE=$T/lab-cache RXE_VM_DEBIAN_MIRROR=http://127.0.0.1:9 RXE_VM_SNAPSHOT=http://127.0.0.1:9
+	run make -C "$COURSE" --no-print-directory vm-cache-import FILE="$T/lab.tar"
+	assert_success
+	assert_output --partial "imported $FAKE_FILE (amd64, sha256 verified)"
+	run "$COURSE/vm-setup/microvm/build.sh"
+	assert_success
+	run cat "${lines[-1]}/kernel-version"
+	assert_output 9.9.9-test-amd64
+}
+
+@test "vm-cache-import refuses a damaged package and one of another pin, and imports nothing" {
+	fake_kernel amd64 1.0-1
+	mkdir -p "$T/x/rdma-course-vm-cache/debs"
+	cp "$T/mirror/$FAKE_PATH" "$T/x/rdma-course-vm-cache/debs/"
+	printf 'X' | dd of="$T/x/rdma-course-vm-cache/debs/$FAKE_FILE" bs=1 seek=100 conv=notrunc 2>/dev/null
+	tar -C "$T/x" -cf "$T/damaged.tar" rdma-course-vm-cache
+	run "$COURSE/vm-setup/microvm/vm-cache.sh" import "$T/damaged.tar"
+	assert_failure 1
+	assert_output --partial "$FAKE_FILE: its sha256 is"
+	assert_output --partial "the pin's $FAKE_SHA: the tarball is damaged or not what was exported; nothing imported"
+	run ls -A "$T/cache/debs"
+	assert_output ""
+	# A tarball of an older pin.
+	cp "$T/mirror/$FAKE_PATH" "$T/x/rdma-course-vm-cache/debs/$FAKE_FILE"
+	tar -C "$T/x" -cf "$T/old.tar" rdma-course-vm-cache
+	fake_kernel amd64 2.0-1
+	run "$COURSE/vm-setup/microvm/vm-cache.sh" import "$T/old.tar"
+	assert_failure 1
+	assert_output --partial "linux-image-9.9.9-test-amd64_1.0-1_amd64.deb is not the kernel this checkout pins (kernel.lock: amd64 2.0-1)"
+	run ls -A "$T/cache/debs"
+	assert_output ""
+	# Not an export at all.
+	tar -C "$T" -cf "$T/other.tar" kernel.lock
+	run "$COURSE/vm-setup/microvm/vm-cache.sh" import "$T/other.tar"
+	assert_failure 1
+	assert_output --partial "unexpected member 'kernel.lock'"
+}
