@@ -401,3 +401,79 @@ amd64.sha1 = $(sha1sum <"$T/cache/debs/linux-image-9.9.9-test-amd64_2.0-1_amd64.
 	assert_failure 1
 	assert_output --partial "unexpected member 'kernel.lock'"
 }
+
+# os_release ID VERSION_ID PRETTY_NAME - a stand-in /etc/os-release.
+os_release() {
+	printf 'PRETTY_NAME="%s"\nNAME="x"\nVERSION_ID="%s"\nID=%s\nID_LIKE=debian\n' "$3" "$2" "$1" >"$T/os-release"
+	export OS_RELEASE=$T/os-release
+}
+
+# stand_in_dpkg_apt - nothing is installed; apt has every package but those
+# in $APT_NONE; apt-get's calls are logged in $T/apt.log.
+stand_in_dpkg_apt() {
+	printf '#!/bin/bash\nexit 1\n' >"$T/bin/dpkg-query"
+	cat >"$T/bin/apt-cache" <<-'EOF'
+		#!/bin/bash
+		case " $APT_NONE " in *" ${*: -1} "*) echo "  Candidate: (none)" ;; *) echo "  Candidate: 1.0-1" ;; esac
+	EOF
+	printf '#!/bin/bash\necho "apt-get $*" >>"%s/apt.log"\n' "$T" >"$T/bin/apt-get"
+	chmod +x "$T/bin/dpkg-query" "$T/bin/apt-cache" "$T/bin/apt-get"
+}
+
+@test "install-deps on Ubuntu 22.04: Ubuntu's names, and it says what it cannot install and what that costs" {
+	os_release ubuntu 22.04 "Ubuntu 22.04.4 LTS"
+	run --separate-stderr "$COURSE/vm-setup/install-deps.sh" --list
+	assert_success
+	for p in clang-format-14 qemu-system-x86 busybox-static python3-pyverbs python3-pytest-timeout bats debian-archive-keyring; do
+		assert_line "$p"
+	done
+	refute_line bats-assert
+	refute_line bats-support
+	# shellcheck disable=SC2154 # run --separate-stderr sets $stderr
+	[[ "$stderr" == *"cannot install on Ubuntu 22.04.4 LTS: bats-support bats-assert; make test's bats suites cannot run on Ubuntu 22.04"* ]]
+	[[ "$stderr" == *"make grade, make doctor and the rest work"* ]]
+}
+
+@test "install-deps on Ubuntu 24.04 arm64: qemu-system-arm, every package; apt-get installs them; a package apt lacks is named with the fix" {
+	[ "$(id -u)" = 0 ] || skip "installs as root (stand-in apt)"
+	os_release ubuntu 24.04 "Ubuntu 24.04.1 LTS"
+	fake_uname aarch64
+	run --separate-stderr "$COURSE/vm-setup/install-deps.sh" --list
+	assert_success
+	assert_line qemu-system-arm
+	refute_line qemu-system-x86
+	assert_line bats-assert
+	[ -z "$stderr" ]
+	stand_in_dpkg_apt
+	run "$COURSE/vm-setup/install-deps.sh"
+	assert_success
+	assert_output --partial "install-deps: installed rdma-core ibverbs-providers"
+	run grep -c "apt-get install -y -qq --no-install-recommends rdma-core .* qemu-system-arm busybox-static .* debian-archive-keyring$" "$T/apt.log"
+	assert_output 1
+	rm "$T/apt.log"
+	APT_NONE="perftest python3-pyverbs" run "$COURSE/vm-setup/install-deps.sh"
+	assert_failure 1
+	assert_output --partial "apt has no package named perftest python3-pyverbs on Ubuntu 24.04.1 LTS: they are in Ubuntu's 'universe' component: add-apt-repository universe"
+	run grep -c "apt-get install" "$T/apt.log"
+	assert_output 0
+}
+
+@test "install-deps: Debian 12 keeps its list; an unknown system is warned about; no root and no sudo says how to run it" {
+	os_release debian 12 "Debian GNU/Linux 12 (bookworm)"
+	run --separate-stderr "$COURSE/vm-setup/install-deps.sh" --list
+	assert_success
+	assert_line bats-assert
+	refute_line debian-archive-keyring
+	[ -z "$stderr" ]
+	os_release linuxmint 21.3 "Linux Mint 21.3"
+	run --separate-stderr "$COURSE/vm-setup/install-deps.sh" --list
+	[[ "$stderr" == *"Linux Mint 21.3 is not one the course knows (Debian 12, Ubuntu 22.04, Ubuntu 24.04): trying Debian 12's package names"* ]]
+	# A user without sudo (a container's): the command to run, as root.
+	stand_in_dpkg_apt
+	mkdir "$T/nosudo"
+	for t in bash uname awk id cat sed mktemp dirname; do ln -s "$(command -v $t)" "$T/nosudo/$t"; done
+	cp "$T/bin/dpkg-query" "$T/nosudo/"
+	run_unprivileged env PATH="$T/nosudo" OS_RELEASE="$T/os-release" "$COURSE/vm-setup/install-deps.sh"
+	assert_failure 1
+	assert_output --partial "installing needs root, and there is no sudo here: run $COURSE/vm-setup/install-deps.sh as root"
+}

@@ -77,7 +77,7 @@ fi
 
 for tool in dpkg-deb depmod modprobe cpio python3; do
 	command -v "$tool" >/dev/null ||
-		die "'$tool' is missing (run: sudo vm-setup/install-deps.sh)"
+		die "'$tool' is missing (run: vm-setup/install-deps.sh)"
 done
 # The initramfs has no libraries: its busybox must be the static build.
 busybox=$root/bin/busybox
