@@ -107,7 +107,8 @@ echo "install-deps: missing: ${missing[*]}"
 if [ "$(id -u)" != 0 ]; then
 	if command -v sudo >/dev/null; then
 		echo "install-deps: installing needs root: sudo $0"
-		exec sudo OS_RELEASE="$os_release" "$0"
+		[ -z "${OS_RELEASE:-}" ] || exec sudo OS_RELEASE="$OS_RELEASE" "$0"
+		exec sudo "$0"
 	fi
 	echo "install-deps: installing needs root, and there is no sudo here: run $0 as root" >&2
 	exit 1

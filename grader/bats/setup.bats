@@ -477,3 +477,18 @@ stand_in_dpkg_apt() {
 	assert_failure 1
 	assert_output --partial "installing needs root, and there is no sudo here: run $COURSE/vm-setup/install-deps.sh as root"
 }
+
+@test "one code path to the kernel: Gradescope's setup.sh, the students' workflow and CI fetch none themselves" {
+	[ -d "$COURSE/grader/gradescope-files" ] || skip "the instructor's files (not in a student repository)"
+	for f in grader/gradescope-files/setup.sh grader/student-repo/grade.yml .ci/run grader/gradescope.py; do
+		run grep -nE 'curl|wget|apt-get download|snapshot\.debian|linux-image|sha1|\.deb\b' "$COURSE/$f"
+		assert_failure
+	done
+	run grep -c 'vm-setup/microvm/build.sh' "$COURSE/grader/gradescope-files/setup.sh"
+	assert_output 1
+	# build.sh itself asks nothing of apt or the network: fetch-kernel.sh does.
+	run grep -nE 'apt-get|apt-cache|urlopen|curl' "$COURSE/vm-setup/microvm/build.sh"
+	assert_failure
+	run grep -c '"$here/fetch-kernel.sh" --arch "$arch"' "$COURSE/vm-setup/microvm/build.sh"
+	assert_output 1
+}
