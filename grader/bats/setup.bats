@@ -492,3 +492,47 @@ stand_in_dpkg_apt() {
 	run grep -c '"$here/fetch-kernel.sh" --arch "$arch"' "$COURSE/vm-setup/microvm/build.sh"
 	assert_output 1
 }
+
+@test "dev container: devcontainer.json parses (JSON with comments), Debian 12, C and Python extensions, and every command it runs exists here" {
+	run python3 - "$COURSE" <<-'PY'
+		import json, os, re, shlex, sys
+		course = sys.argv[1]
+		text = open(os.path.join(course, ".devcontainer/devcontainer.json")).read()
+		# JSONC: drop // and /* */ comments outside strings.
+		out, i, n = [], 0, len(text)
+		while i < n:
+		    c = text[i]
+		    if c == '"':
+		        j = i + 1
+		        while text[j] != '"':
+		            j += 2 if text[j] == "\\" else 1
+		        out.append(text[i:j + 1]); i = j + 1
+		    elif text.startswith("//", i):
+		        i = text.find("\n", i) if "\n" in text[i:] else n
+		    elif text.startswith("/*", i):
+		        i = text.index("*/", i) + 2
+		    else:
+		        out.append(c); i += 1
+		d = json.loads("".join(out))
+		assert "bookworm" in d["image"], d["image"]
+		ext = d["customizations"]["vscode"]["extensions"]
+		assert "ms-vscode.cpptools" in ext and "ms-python.python" in ext, ext
+		targets = set(re.findall(r"^([\w-]+):", open(os.path.join(course, "Makefile")).read(), re.M))
+		cmds = [d[k] for k in ("onCreateCommand", "postCreateCommand", "postStartCommand") if k in d]
+		assert cmds, "no command runs the set-up"
+		ran = 0
+		for cmd in cmds:
+		    for part in re.split(r"&&|;|\|\|", cmd):
+		        words = shlex.split(part)
+		        assert words[0] != "sudo", f"{part}: root containers have no sudo"
+		        if words[0] == "make":
+		            assert words[1] in targets, f"make {words[1]}: no such target"
+		        else:
+		            path = os.path.join(course, words[0])
+		            assert os.access(path, os.X_OK), f"{words[0]}: not an executable of the course"
+		        ran += 1
+		print("commands checked:", ran)
+	PY
+	assert_success
+	assert_output "commands checked: 2"
+}
