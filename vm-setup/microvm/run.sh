@@ -69,7 +69,7 @@ while [ $# -gt 0 ]; do
 	--pair) pair=1 ;;
 	--down) exec "$here/warm.sh" down ;;
 	--) shift; break ;;
-	-h | --help) sed -n '2,41s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,44s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	-*) die "unknown option '$1' (see: $0 --help)" 2 ;;
 	*) break ;;
 	esac
