@@ -316,6 +316,7 @@ debian_apt() {
 	fake_kernel arm64 1.0-1
 	cp "$T/kernel.lock" "$T/old.lock"
 	debian_apt 2.0-1
+	fake_uname x86_64
 	MAKE_RC=1 run "$COURSE/vm-setup/microvm/kernel-update.sh"
 	assert_failure 1
 	assert_output --partial "amd64: linux-image-9.9.9-test-amd64 1.0-1 (sha256 ${old_amd64:0:16}...) -> linux-image-9.9.9-test-amd64 2.0-1 (sha256 ${new_amd64:0:16}...)"
@@ -328,6 +329,7 @@ debian_apt() {
 	MAKE_RC=0 run "$COURSE/vm-setup/microvm/kernel-update.sh" --check 05,06
 	assert_success
 	assert_output --partial "the new pin passes"
+	assert_output --partial "the new arm64 pin was not booted here (amd64): make bench-arm64"
 	run grep -c "grade SRC=solutions LESSON=05,06" "$T/make.log"
 	assert_output 1
 	run grep -E '^amd64\.(version|path|sha256|sha1) = ' "$T/kernel.lock"

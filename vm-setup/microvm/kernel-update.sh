@@ -139,6 +139,9 @@ lessons=()
 echo "kernel-update: grading solutions/ (${lessons[*]:-all lessons}) on a $host_arch micro-VM booted from the new pin"
 if ALLOW_MODIFIED_GRADER=1 RXE_BACKEND=vm RXE_VM_COLD=1 make -C "$course" --no-print-directory grade SRC=solutions "${lessons[@]}"; then
 	echo "kernel-update: the new pin passes; commit $KERNEL_LOCK"
+	for a in "${changed[@]}"; do
+		[ "$a" = "$host_arch" ] || echo "kernel-update: the new $a pin was not booted here ($host_arch): make bench-arm64 boots the arm64 one under emulation"
+	done
 	exit 0
 fi
 cp "$apt_dir/kernel.lock.old" "$KERNEL_LOCK"
