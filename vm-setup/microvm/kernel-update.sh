@@ -136,7 +136,7 @@ echo "kernel-update: wrote $KERNEL_LOCK"
 host_arch=$(rxe_vm_arch) || host_arch=''
 lessons=()
 [ "$check" = all ] || lessons=(LESSON="$check")
-echo "kernel-update: grading solutions/ (${lessons[*]:-all lessons}) on a $host_arch micro-VM booted from the new pin"
+echo "kernel-update: grading solutions/ (${lessons[*]:-all lessons}) on an $host_arch micro-VM booted from the new pin"
 if ALLOW_MODIFIED_GRADER=1 RXE_BACKEND=vm RXE_VM_COLD=1 make -C "$course" --no-print-directory grade SRC=solutions "${lessons[@]}"; then
 	echo "kernel-update: the new pin passes; commit $KERNEL_LOCK"
 	for a in "${changed[@]}"; do
