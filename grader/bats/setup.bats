@@ -257,7 +257,7 @@ arm64"
 	RXE_VM_COLD=1 RXE_VM_ACCEL=tcg run "$COURSE/vm-setup/microvm/run.sh" true
 	assert_failure 125
 	run cat "$T/qemu.args"
-	assert_output --partial "-M virt,gic-version=max -accel tcg,thread=multi -cpu max "
+	assert_output --partial "-M virt,gic-version=max -accel tcg,thread=multi -cpu max,pauth-impdef=on "
 	assert_output --partial "-kernel $entry/vmlinuz "
 	assert_output --partial "console=ttyAMA0 "
 	assert_output --partial "rxe_vm.ports=ttyAMA0,hvc0,hvc1"
