@@ -104,7 +104,7 @@ apt_file=/var/cache/apt/archives/$file
 
 # apt-get download gives the pinned file only when apt's lists hold that
 # version with that sha256 (not on Ubuntu, nor on another Debian release).
-if command -v apt-cache >/dev/null && apt-cache show "$pkg:$arch=$ver" 2>/dev/null | grep -qix "SHA256: $sha"; then
+if command -v apt-cache >/dev/null && apt-cache show "$pkg:$arch=$ver" 2>/dev/null | grep -ix "SHA256: $sha" >/dev/null; then
 	say "downloading $pkg $ver with apt-get (about 70 MB, once)"
 	mkdir -p "$part.d"
 	if (cd "$part.d" && apt-get download "$pkg:$arch=$ver" >/dev/null 2>"$part.d/apt.err"); then
