@@ -30,7 +30,17 @@
 #                        grade a class into OUT/gradebook.csv (INSTRUCTORS.md)
 #   make bench-class     submissions per minute, JOBS=1 and JOBS=2, 8 submissions
 #   make gradescope [LESSON=NN]  build/gradescope/autograder.zip (INSTRUCTORS.md)
-#   make deps            install the Debian packages the course needs (root)
+#   make deps            install the packages the course needs (root; Debian 12,
+#                        Ubuntu 22.04/24.04)
+#   make vm-kernel-update [CHECK=LESSONS|all|none]  pin Debian's current kernel
+#                        (vm-setup/microvm/kernel.lock), grade the solutions on
+#                        it (CHECK=01 by default), print old -> new
+#   make vm-cache-export OUT=FILE   the pinned kernel package in a tarball, for
+#                        machines without Internet access (an offline lab)
+#   make vm-cache-import FILE=FILE  put that tarball's packages in this machine's
+#                        cache, each checked against the pin's sha256
+#   make bench-arm64     boot an arm64 guest under emulation (an arm64 root made
+#                        with debootstrap) and grade lesson 01 in it (slow)
 #   make clean
 
 SRC     ?= skeletons
@@ -51,7 +61,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
 .PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-latency deps clean \
-	student-repo grade-class bench-class gradescope
+	student-repo grade-class bench-class gradescope vm-kernel-update vm-cache-export vm-cache-import bench-arm64
 
 comma := ,
 grade:
@@ -150,6 +160,22 @@ gradescope:
 
 deps:
 	@vm-setup/install-deps.sh
+
+CHECK   ?=
+FILE    ?=
+vm-kernel-update:
+	@vm-setup/microvm/kernel-update.sh $(if $(CHECK),--check '$(CHECK)')
+
+vm-cache-export:
+	@$(if $(OUT),,$(error usage: make vm-cache-export OUT=FILE))
+	@vm-setup/microvm/vm-cache.sh export '$(abspath $(OUT))'
+
+vm-cache-import:
+	@$(if $(FILE),,$(error usage: make vm-cache-import FILE=FILE))
+	@vm-setup/microvm/vm-cache.sh import '$(abspath $(FILE))'
+
+bench-arm64:
+	@vm-setup/bench-arm64.sh
 
 clean:
 	rm -rf build .grade

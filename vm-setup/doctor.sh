@@ -8,6 +8,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/rxe.sh"
+. "$here/microvm/pin.sh"
 
 boot_vm=1
 case "${1:-}" in
@@ -29,7 +30,7 @@ fail() {
 if missing=$("$here/install-deps.sh" --check 2>&1); then
 	pass "packages: all installed"
 else
-	fail "packages: ${missing#install-deps: }" "sudo vm-setup/install-deps.sh"
+	fail "packages: ${missing#install-deps: }" "vm-setup/install-deps.sh"
 fi
 
 # 2. a native device
@@ -77,14 +78,27 @@ if [ -n "$native" ]; then
 	fi
 fi
 
-# 5. the micro-VM
-if command -v qemu-system-x86_64 >/dev/null; then
-	pass "QEMU: $(qemu-system-x86_64 --version | head -n 1)"
+# 5. the micro-VM: QEMU of the host's architecture, the pinned kernel
+case "$(rxe_vm_arch)" in
+amd64) qemu="qemu-system-x86_64" ;;
+arm64) qemu="qemu-system-aarch64" ;;
+*) qemu='' ;;
+esac
+if [ -z "$qemu" ]; then
+	fail "micro-VM: this host is $(uname -m); the micro-VM runs on x86_64 and aarch64 hosts" "use an x86_64 or aarch64 machine, or a native rxe device"
+elif command -v "$qemu" >/dev/null; then
+	pass "QEMU: $("$qemu" --version | head -n 1)"
 else
-	fail "QEMU: qemu-system-x86_64 is missing" "sudo vm-setup/install-deps.sh"
+	fail "QEMU: $qemu is missing" "vm-setup/install-deps.sh"
+	qemu=''
+fi
+if arch=$(rxe_vm_arch) && ver=$(pin_get "$arch" version) && pkg=$(pin_get "$arch" package); then
+	pass "micro-VM kernel: pinned $pkg $ver ($(basename "$KERNEL_LOCK"))"
+else
+	fail "micro-VM kernel: $KERNEL_LOCK pins no $(uname -m) kernel" "make vm-kernel-update"
 fi
 # What the micro-VM will really use: its boot probe's verdict (cached).
-if command -v qemu-system-x86_64 >/dev/null; then
+if [ -n "$qemu" ]; then
 	accel=$("$here/microvm/run.sh" --accel 2>&1)
 	kvm=$(sed -n 's/^kvm: //p' <<<"$accel")
 	if [ "$kvm" = ok ]; then
@@ -97,7 +111,7 @@ if command -v qemu-system-x86_64 >/dev/null; then
 	fi
 fi
 vm_ok=0
-if [ $boot_vm = 1 ] && command -v qemu-system-x86_64 >/dev/null; then
+if [ $boot_vm = 1 ] && [ -n "$qemu" ]; then
 	t0=$(date +%s%N)
 	if out=$("$here/microvm/run.sh" bash -c 'ibv_devinfo -d "$RDMA_DEVICE" | grep -q PORT_ACTIVE && echo "$RDMA_DEVICE ACTIVE, GID index $RDMA_GID_INDEX"' 2>&1); then
 		vm_ok=1

@@ -33,7 +33,7 @@ done
 case "$name" in '' | *[!A-Za-z0-9_]*) die "bad device name '$name' (letters, digits and _ only)" ;; esac
 
 [ "$(id -u)" = 0 ] || die "needs root (it loads a kernel module and adds an RDMA link); run: sudo $0 $*"
-command -v rdma >/dev/null || die "the 'rdma' tool is missing (package iproute2); run: sudo vm-setup/install-deps.sh"
+command -v rdma >/dev/null || die "the 'rdma' tool is missing (package iproute2); run: vm-setup/install-deps.sh"
 ver=$(rdma -V 2>/dev/null | sed -n 's/.*iproute2-\{0,1\}\(ss\)\{0,1\}\([0-9]*\)\.\([0-9]*\).*/\2 \3/p')
 read -r major minor <<<"${ver:-0 0}"
 [ "$major" -gt 4 ] || { [ "$major" = 4 ] && [ "$minor" -ge 18 ]; } ||

@@ -57,7 +57,7 @@ setup() {
 
 @test "microvm/run.sh: QEMU missing gives the install command" {
 	mkdir -p "$BATS_TEST_TMPDIR/bin"
-	for t in bash cat dirname mktemp rm sed; do ln -s "$(command -v $t)" "$BATS_TEST_TMPDIR/bin/$t"; done
+	for t in bash cat dirname mktemp rm sed uname awk; do ln -s "$(command -v $t)" "$BATS_TEST_TMPDIR/bin/$t"; done
 	PATH="$BATS_TEST_TMPDIR/bin" run "$COURSE/vm-setup/microvm/run.sh" true
 	assert_failure 1
 	assert_output --partial "qemu-system-x86_64 is missing"

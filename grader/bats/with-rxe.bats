@@ -198,8 +198,8 @@ PY
 }
 
 @test "two clones, one fresh cache, at the same time: one build, both run" {
-	deb=$(ls "${XDG_CACHE_HOME:-$HOME/.cache}"/rdma-course/microvm/debs/*.deb | head -n 1)
-	[ -n "$deb" ] || fail "no cached kernel package (setup_file fetches it)"
+	deb=$("$COURSE/vm-setup/microvm/fetch-kernel.sh")
+	[ -n "$deb" ] || fail "no pinned kernel package (setup_file fetches it)"
 	git clone -q "$COURSE" "$BATS_TEST_TMPDIR/c1"
 	git clone -q "$COURSE" "$BATS_TEST_TMPDIR/c2"
 	export RXE_VM_CACHE="$BATS_TEST_TMPDIR/cache" RXE_VM_KERNEL_DEB="$deb" RXE_VM_ACCEL=tcg RXE_VM_COLD=1

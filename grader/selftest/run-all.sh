@@ -1,7 +1,8 @@
 #!/bin/bash
 # run-all.sh - the course's own tests (make test). What needs no device runs
 # on the host (gcc and Python are much slower under the VM's emulation):
-#   1. bats: vm-setup scripts and the Makefile
+#   1. bats: vm-setup scripts and the Makefile, setting up (kernel pin,
+#      Ubuntu, arm64, offline cache, dev container)
 #   2. pytest -m "not device": the grader against bad programs, the plugin end
 #      to end, the course self-check's static half (files, TODO regions,
 #      warning-free builds)
@@ -31,7 +32,7 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
 echo "== 1. bats: vm-setup scripts and Makefile =="
-bats grader/bats/scripts.bats
+bats grader/bats/scripts.bats grader/bats/setup.bats
 scripts=$?
 # Each VM gets one vCPU: under TCG a 1-vCPU guest grades as fast as a
 # 2-vCPU one (39 s vs 43 s for lessons 05-07), and three 2-vCPU VMs at once

@@ -49,6 +49,7 @@ def unpack(tmp_path, lesson):
         assert name in names
         assert os.access(root / "source" / name, os.X_OK), name
     assert not [n for n in names if n.startswith("course/solutions/")]
+    assert "course/vm-setup/microvm/kernel.lock" in names   # setup.sh's pin
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
     return root
 

@@ -1,11 +1,19 @@
 #!/bin/bash
 # Guest side of the micro-VM, PID 1 after switch_root: bring up rxe0 on the
 # netdev init made (rdma0: a dummy, or a pair's NIC), run the command from /run/rxe-vm/spec.sh with its stdout on
-# ttyS1 and stderr on ttyS2 (the host streams both), write its exit code to
-# /run/rxe-vm/rc, power off.
+# ttyS1 and stderr on ttyS2 (the host streams both; arm64: hvc0 and hvc1,
+# as rxe_vm.ports= says), write its exit code to /run/rxe-vm/rc, power off.
 RUN=/run/rxe-vm
 BB=/run/rxe-vm-bin/busybox
 . "$RUN/spec.sh"
+TTY=/dev/ttyS0 OUT=/dev/ttyS1 ERR=/dev/ttyS2
+for w in $(</proc/cmdline); do
+	case "$w" in rxe_vm.ports=*,*,*)
+		IFS=, read -r TTY OUT ERR <<<"${w#rxe_vm.ports=}"
+		TTY=/dev/$TTY OUT=/dev/$OUT ERR=/dev/$ERR
+		;;
+	esac
+done
 . "$COURSE_DIR/vm-setup/lib/rxe.sh"
 
 # mark LABEL - with RXE_VM_VERBOSE=1, log the guest uptime at LABEL on the console.
@@ -179,7 +187,7 @@ if [ "${SERVE:-0}" = 1 ]; then
 fi
 
 if [ "$INTERACTIVE" = 1 ]; then
-	$BB stty -F /dev/ttyS0 sane
+	$BB stty -F "$TTY" sane
 	echo "rxe-vm: $RDMA_DEVICE is ACTIVE, GID index $RDMA_GID_INDEX, IP $RDMA_IP. Leave with 'exit'."
 	rc_opt=()
 	if [ -n "${RDMA_PEER_JOBS:-}" ]; then
@@ -192,14 +200,14 @@ if [ "$INTERACTIVE" = 1 ]; then
 		echo "rxe-vm: host A ($RDMA_IP) of two; host B is $RDMA_PEER_IP. 'b CMD' runs CMD on B, for example:"
 		echo "rxe-vm:   b 'ibv_rc_pingpong -g \$RDMA_GID_INDEX' &  sleep 2; ibv_rc_pingpong -g \$RDMA_GID_INDEX \$RDMA_PEER_IP"
 	fi
-	setsid -c bash "${rc_opt[@]}" -i <>/dev/ttyS0 >&0 2>&0
+	setsid -c bash "${rc_opt[@]}" -i <>"$TTY" >&0 2>&0
 	rc=$?
 else
-	"${CMD[@]}" </dev/null >/dev/ttyS1 2>/dev/ttyS2
+	"${CMD[@]}" </dev/null >"$OUT" 2>"$ERR"
 	rc=$?
 fi
 # stty's tcsetattr(TCSADRAIN) waits until the ports have sent everything.
-for t in /dev/ttyS1 /dev/ttyS2; do $BB stty -F "$t" raw; done
+for t in "$OUT" "$ERR"; do $BB stty -F "$t" raw; done
 echo "$rc" >"$RUN/rc"
 mark "command done"
 poweroff_now
