@@ -336,3 +336,48 @@ def test_make_hint_starts_at_the_first_hint_after_causes(tmp_path, monkeypatch,
     (tmp_path / "hints.json").unlink()
     hint.main(["--lesson", "03"])
     assert "no more hints" in capsys.readouterr().out
+
+
+def test_shards_grade_as_one_session(course, full):
+    """grader/session/shards.py over two (stand-in) devices: each lesson in
+    a session of its own, the output in lesson order with one Score line,
+    the results as the unsharded grading's."""
+    res, data = full
+    out = course / "sharded.json"
+    cmd = [sys.executable, "-m", "grader.session.shards", "--",
+           "-c", str(COURSE / "grader/pytest.ini"), "--rootdir", str(course),
+           "-p", "grader.session.plugin", "-qq", "--tb=no", "-rN",
+           "--color=no", str(course / "grader/lessons"),
+           "--course-root", str(course), "--src", str(course / "skeletons"),
+           "--transcripts", str(course / "transcripts"), "--results", str(out)]
+    env = dict(os.environ, PYTHONPATH=str(COURSE),
+               RDMA_DEVICES="dev0,1,127.0.0.1,lo dev1,1,127.0.0.1,lo")
+    sharded = subprocess.run(cmd, cwd=course, env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert sharded.returncode == res.returncode, sharded.stdout + sharded.stderr
+    lines = sharded.stdout.splitlines()
+    heads = [x for x in lines if x.startswith("== ")]
+    assert [h[3:5] for h in heads] == ["90", "91"], sharded.stdout
+    assert [x for x in lines if x.startswith("Score:")] == \
+        [f"Score: {data['score']}/{data['max_score']}"], sharded.stdout
+    # Each lesson's block is whole: its subtotal follows its own header.
+    assert lines.index("  90-good: 3/9") < lines.index(heads[1]), sharded.stdout
+    merged = json.loads(out.read_text())
+    assert (merged["score"], merged["max_score"]) == (data["score"],
+                                                       data["max_score"])
+    assert [(t["name"], t["score"]) for t in merged["tests"]] == \
+        [(t["name"], t["score"]) for t in data["tests"]]
+    # Graded in shards (they note each lesson's time for the next plan).
+    times = json.loads((course / "build/grade/lesson-times.json").read_text())
+    assert sorted(times) == ["90", "91"]
+
+
+def test_shard_plan_balances_and_keeps_order():
+    from grader.session.shards import plan
+    times = {"01": 10, "02": 10, "05": 40, "06": 40, "09": 30}
+    shards = plan(sorted(times), 2, times)
+    assert sorted(n for s in shards for n in s) == sorted(times)
+    assert all(s == sorted(s) for s in shards)
+    loads = [sum(times[n] for n in s) for s in shards]
+    assert max(loads) - min(loads) <= 10, shards
+    assert plan(["01", "02"], 3, {}) == [["01"], ["02"]]

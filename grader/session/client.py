@@ -8,7 +8,8 @@ the session is forked there, with this process's stdin, stdout, stderr,
 directory and environment, and this process exits with its status; a
 SIGINT or SIGTERM here ends it there. Otherwise (no warm grader, or one
 whose grader files are older than the checkout's) this process becomes
-`python3 -m pytest PYTEST_ARG...`.
+`python3 -m grader.session.shards -- PYTEST_ARG...`: the same session,
+without the warm imports.
 
 A script of the standard library alone: importing the grader package here
 would import pytest, the seconds this saves.
@@ -29,7 +30,8 @@ def cold(args, why=None):
     if why:
         print(f"grader: {why}: grading without the warm grader",
               file=sys.stderr, flush=True)
-    os.execv(sys.executable, [sys.executable, "-m", "pytest", *args])
+    os.execv(sys.executable, [sys.executable, "-m", "grader.session.shards",
+                              "--", *args])
 
 
 def main(argv):

@@ -71,12 +71,13 @@ def session_cgroup(group, name):
 
 
 def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
-                 log=None, closing=()):
-    """Fork a pytest session running pytest.main(args); its pid. `stdio`:
-    descriptors for its stdin, stdout and stderr; `log`: a file for its
-    stdout and stderr instead. It leads a session of its own, in `cgroup`
-    when given; `env` replaces the environment, `cwd` the directory;
-    `closing`: the forking process's descriptors (or sockets) it closes."""
+                 log=None, closing=(), setsid=True, entry=None):
+    """Fork a pytest session running pytest.main(args) (or entry(args));
+    its pid. `stdio`: descriptors for its stdin, stdout and stderr; `log`:
+    a file for its stdout and stderr instead. It leads a session of its
+    own (unless not `setsid`), in `cgroup` when given; `env` replaces the
+    environment, `cwd` the directory; `closing`: the forking process's
+    descriptors (or sockets) it closes."""
     import pytest
     sys.stdout.flush()
     sys.stderr.flush()
@@ -94,7 +95,8 @@ def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
                 c.close() if hasattr(c, "close") else os.close(c)
             except OSError:
                 pass
-        os.setsid()
+        if setsid:
+            os.setsid()
         if cgroup is not None:
             (cgroup / "cgroup.procs").write_text(str(os.getpid()))
         if log is not None:
@@ -117,7 +119,7 @@ def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
-        code = int(pytest.main([*args, *QUIET]))
+        code = int((entry or pytest.main)([*args, *QUIET]))
     except BaseException as e:          # noqa: BLE001 - the child's last word
         print(f"grader: the grading session failed: {e!r}", file=sys.stderr)
     finally:

@@ -14,7 +14,8 @@ nothing of it outlives it (forked.end_session: its processes, its cgroup,
 its sandbox's cgroup, namespace and scratch; its peers end with their
 connections to the zygote), and the server itself never runs a test.
 
-A request (client.py sends it) is JSON `{"argv": [PYTEST ARGS], "cwd": DIR,
+A session is grader/session/shards.py's: its lessons spread over the
+VM's devices and vCPUs. A request (client.py sends it) is JSON `{"argv": [PYTEST ARGS], "cwd": DIR,
 "env": {NAME: VALUE}}` with three descriptors (the session's stdin, stdout,
 stderr). The replies: `{"pid": N}`, then `{"status": EXIT}` when the session
 ended. A client that hangs up first has its session ended. When a file of
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from grader.core.course import COURSE
 from grader.evidence.trusted import zygote
-from grader.session import forked
+from grader.session import forked, shards
 
 GRADER = COURSE / "grader"
 
@@ -163,7 +164,7 @@ class Server:
             self.count += 1
             cg = forked.session_cgroup(self.group, f"s{self.count}")
             child = forked.fork_session(
-                argv, stdio=fds, cwd=cwd, env=env, cgroup=cg,
+                argv, stdio=fds, cwd=cwd, env=env, cgroup=cg, entry=shards.run,
                 closing=[self.listener, self.wake_r, self.wake_w,
                          self.zygote_w, *self.conns])
             self.sessions[child] = (conn, cg)

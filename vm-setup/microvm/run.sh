@@ -34,6 +34,9 @@
 #   RXE_VM_COLD=1      never use the warm VM
 #   RXE_VM_NO_RXE=1    no rxe device: the command makes one itself, as on
 #                      a native host (vm-setup/setup-rxe.sh); RDMA_* unset
+#   RXE_VM_DEVICES=N   rxe devices, each on its own netdev and address (1-3;
+#                      default one per vCPU): make grade's lessons run side
+#                      by side on them (grader/session/shards.py)
 #   RXE_VM_ROOT=DIR    the guest's root file system (default /, the host's:
 #                      the guest runs the host's programs)
 #   RXE_VM_CACHE, RXE_VM_KERNEL_DEB: see build.sh; RXE_VM_ARCH: see pin.sh
@@ -268,9 +271,9 @@ printf "SHARES='%s'\nCOURSE_DIR='%s'\n" "$tags" "$(cd "$course" && pwd -P)" >"$r
 verbose=${RXE_VM_VERBOSE:-0}
 [ "$verbose" = 1 ] && keep=1
 {
-	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\nVERBOSE=%s\nSERVE=%s\nIDLE=%s\nNO_RXE=%s\n' \
+	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\nVERBOSE=%s\nSERVE=%s\nIDLE=%s\nNO_RXE=%s\nDEVICES=%s\n' \
 		"$(cd "$course" && pwd -P)" "$(pwd -P)" "$interactive" "$verbose" \
-		"$serve" "${RXE_VM_IDLE:-900}" "${RXE_VM_NO_RXE:-0}"
+		"$serve" "${RXE_VM_IDLE:-900}" "${RXE_VM_NO_RXE:-0}" "${RXE_VM_DEVICES:-}"
 	if [ -n "$member" ]; then
 		printf 'PAIR_HOST=%s\nPEER_IP=%s\nPEER_WAIT=%s\nPAIR_MEET=%q\nPAIR_SERVE=%s\n' \
 			"$pair_host" "$peer_ip" "${RXE_VM_PEER_WAIT:-60}" "$(cd "$meet" && pwd -P)" "$([ "${pair_serve:-}" = serve ] && echo 1 || echo 0)"

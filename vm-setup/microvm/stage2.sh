@@ -54,9 +54,30 @@ else
 	ready=$(rxe_wait_ready 10) || fail "rxe0 did not become ACTIVE with a RoCE v2 IPv4 GID"
 	$BB chmod 0666 /dev/infiniband/* 2>/dev/null
 	read -r dev gid ip netdev <<<"$ready"
+	devices="$dev,$gid,$ip,$netdev"
+	# More devices (one VM alone, not a pair's host): one per vCPU, at most
+	# three, or DEVICES (run.sh's RXE_VM_DEVICES). Each has its own dummy
+	# netdev, address, counters: make grade's lessons run side by side,
+	# one device each (grader/session/shards.py). Listed in RDMA_DEVICES.
+	want=${DEVICES:-$($BB nproc)}
+	[ -n "${PEER_IP:-}" ] && want=1
+	n=1
+	for addr in 198.51.100.1 203.0.113.1; do
+		[ "$n" -lt "$want" ] || break
+		ip link add "rdma$n" type dummy && ip addr add "$addr/24" dev "rdma$n" &&
+			ip link set "rdma$n" up && rdma link add "rxe$n" type rxe netdev "rdma$n" || break
+		for _ in $(seq 200); do
+			[ "$(rxe_port_state "rxe$n")" = ACTIVE ] && g=$(rxe_gid_index "rxe$n") && break
+			sleep 0.05
+		done
+		[ -n "${g:-}" ] || break
+		devices+=" rxe$n,${g%% *},${g##* },rdma$n"
+		n=$((n + 1)) g=''
+	done
+	$BB chmod 0666 /dev/infiniband/* 2>/dev/null
 	read -r up _ </proc/uptime
 	echo "$up" >"$RUN/ready-uptime"
-	mark "rxe0 ready"
+	mark "rxe devices ready: $devices"
 fi
 # The pair's barrier: both hosts' commands start once both are ready (each
 # says so in the meeting directory both share) and the link carries packets
@@ -90,7 +111,7 @@ fi
 if [ "${NO_RXE:-0}" = 1 ]; then
 	rdma_env='unset RDMA_BACKEND RDMA_DEVICE RDMA_GID_INDEX RDMA_IP RDMA_NETDEV'
 else
-	rdma_env="export RDMA_BACKEND=vm RDMA_DEVICE=$dev RDMA_GID_INDEX=$gid RDMA_IP=$ip RDMA_NETDEV=$netdev"
+	rdma_env="export RDMA_BACKEND=vm RDMA_DEVICE=$dev RDMA_GID_INDEX=$gid RDMA_IP=$ip RDMA_NETDEV=$netdev RDMA_DEVICES='$devices'"
 fi
 [ -n "${PEER_IP:-}" ] && rdma_env+="; export RDMA_PEER_IP=$PEER_IP RDMA_HOST=$PAIR_HOST"
 # B serves A (with-rxe --pair CMD_A ''): A's root hands B commands as jobs
