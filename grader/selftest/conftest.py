@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,21 +14,40 @@ COURSE = HERE.parent.parent
 
 
 @pytest.fixture(scope="session", autouse=True)
-def peer_zygote():
-    """With a device, one zygote of reference peers serves every grading
-    this session starts (forked sessions and pytest subprocesses alike):
-    pyverbs is imported once, not once per grading."""
+def warm_grader(tmp_path_factory):
+    """With a device, one warm grader (grader/session/server.py) for this
+    session: the gradings the self-check starts (grade_tree) are sessions
+    forked from it, spread over the VM's devices, and its zygote of
+    reference peers serves every grading (the mutants' forks too): pytest,
+    the grader and pyverbs are imported once, not once per grading."""
     if not os.environ.get("RDMA_DEVICE") or os.environ.get("RDMA_PEER_JOBS"):
         yield None
         return
-    from grader.evidence.trusted.zygote import Zygote
-    z = Zygote()
-    path = z.ready()
-    if path:
-        os.environ[Zygote.ENV] = path
-    yield path
-    os.environ.pop(Zygote.ENV, None)
-    z.stop()
+    d = tmp_path_factory.mktemp("grader")
+    d.chmod(0o700)
+    sock, log = d / "sock", d / "log"
+    with open(log, "w") as f:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "grader.session.server", str(sock)],
+            cwd=COURSE, stdout=f, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while "grader server ready" not in log.read_text():
+        assert server.poll() is None and time.monotonic() < deadline, (
+            "the warm grader did not start:\n" + log.read_text())
+        time.sleep(0.1)
+    saved = {k: os.environ.get(k) for k in ("GRADER_SERVER",
+                                            "GRADER_PEER_ZYGOTE")}
+    os.environ.update(GRADER_SERVER=str(sock),
+                      GRADER_PEER_ZYGOTE=str(d / "peers"))
+    yield sock
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    os.killpg(server.pid, 9)
+    server.wait()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -86,8 +106,11 @@ def grade_tree(tree, tmp_path_factory, lessons=None):
     does inside the VM; (per-lesson {name: (got, total)}, stdout, results
     path). make test compiled the tree on the host first."""
     out = tmp_path_factory.mktemp("grade-" + str(tree).replace("/", "_"))
+    # Through the warm grader when the session has one (warm_grader): a
+    # grading as make grade's, forked, its lessons side by side.
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini", "--rootdir", ".",
+        [sys.executable, "grader/session/client.py", "--",
+         "-c", "grader/pytest.ini", "--rootdir", ".",
          "-p", "grader.session.plugin", "-qq", "--tb=no", "-rN", "--color=no",
          "grader/lessons", f"--src={tree}", f"--results={out}/results.json",
          f"--transcripts={out}/transcripts",

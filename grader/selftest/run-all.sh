@@ -1,23 +1,26 @@
 #!/bin/bash
 # run-all.sh - the course's own tests (make test). What needs no device runs
 # on the host (gcc and Python are much slower under the VM's emulation):
+#   0. the trees the device parts grade, compiled on the host: solutions,
+#      skeletons, the hostile submissions, the cheats and the mutants
 #   1. bats: vm-setup scripts and the Makefile, setting up (kernel pin,
 #      Ubuntu, arm64, offline cache, dev container)
 #   2. pytest -m "not device": the grader against bad programs, the plugin end
 #      to end, the course self-check's static half (files, TODO regions,
 #      warning-free builds)
 #   3. bats: with-rxe through the micro-VM (exit codes, output, timeout, the
-#      warm VM, make grade from outside, a linked pair of VMs), then the
-#      native backend for real in a VM booted without a device - from the
-#      start, beside parts 2 and 4
+#      warm VM and the warm grader, make grade from outside, a linked pair
+#      of VMs), then the native backend for real in a VM booted without a
+#      device
 #   4a. in one vm-setup/with-rxe run: the device smoke test (bats) and
 #      pytest -m device: the self-check grades solutions (full marks) and
 #      skeletons (not full marks), and the hostile submissions (no more than
 #      the skeletons, nothing changed)
-#   4b. in another VM at the same time: the cheats (test_cheats.py) and the
-#      mutants, the planted mistakes that prove each lesson's symptoms
-#      (test_mutants.py)
-# Exit 0 only when every part passed.
+#   4b. in another VM: the cheats (test_cheats.py) and the mutants, the
+#      planted mistakes that prove each lesson's symptoms (test_mutants.py)
+# Parts 3, 4a and 4b start as soon as part 0 is done and run beside parts 1
+# and 2: the two host cores stay busy from the start. Each part's output
+# follows in order, then its time. Exit 0 only when every part passed.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 export BATS_LIB_PATH=/usr/lib/bats
@@ -30,62 +33,82 @@ PYTEST="$PYTEST_CMD grader/selftest"
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
+t0=$SECONDS
 
-echo "== 1. bats: vm-setup scripts and Makefile =="
-bats grader/bats/scripts.bats grader/bats/setup.bats
-scripts=$?
-# Each VM gets one vCPU: under TCG a 1-vCPU guest grades as fast as a
-# 2-vCPU one (39 s vs 43 s for lessons 05-07), and three 2-vCPU VMs at once
-# made make test take 10m43s instead of 6m31s. Part 3 mostly waits (boots,
-# timeouts, a shell; under one core on a quiet machine): it runs from the
-# start, beside part 2 (host Python), then beside 4a and 4b, which each keep
-# a core busy. Each VM has its own rxe device and counters; 4a and 4b boot
-# their own (RXE_VM_COLD), never the warm VM part 3 starts and stops. The
-# output of the background parts follows 4a's, in order.
-export RXE_VM_SMP=${RXE_VM_SMP:-1}
-# Compile the trees here, natively; the grader in the VM reuses the builds.
-# The solutions first, once: part 3 grades some of them (native.bats in the
-# VM, which cannot compile), and a build that exists is not made again.
-# A student repository (make student-repo) has no solutions/, no cheats and
-# no mutants: what needs them is the instructor's checkout's alone.
-[ ! -d solutions ] || "$PYTHON" -m grader build solutions >/dev/null
-built=$?
-{
-	bats grader/bats/with-rxe.bats; w=$?
-	RXE_VM_NO_RXE=1 vm-setup/with-rxe bats grader/bats/native.bats; n=$?
-	[ $w = 0 ] && [ $n = 0 ]
-} >"$logs/3" 2>&1 3>&- &
-part3=$!
-echo "== 2. pytest: grader and course self-check, no device =="
-$PYTEST -m "not device" "$@"
-host=$?
-[ $built = 0 ] && "$PYTHON" -m grader build skeletons &&
+# part NAME CMD... - run CMD with its output in the part's log, its status
+# in NAME.rc and its end (seconds since the start) in NAME.end.
+part() {
+	local name=$1
+	shift
+	"$@" >"$logs/$name" 2>&1 3>&-
+	local rc=$?
+	echo "$rc" >"$logs/$name.rc"
+	echo $((SECONDS - t0)) >"$logs/$name.end"
+	return "$rc"
+}
+
+# 0. A student repository (make student-repo) has no solutions/, no cheats
+# and no mutants: what needs them is the instructor's checkout's alone.
+build_trees() {
+	"$PYTHON" -m grader build skeletons || return 1
 	"$PYTHON" grader/selftest/hostile/tree.py build/selftest/hostile &&
-	"$PYTHON" -m grader build build/selftest/hostile
+		"$PYTHON" -m grader build build/selftest/hostile || return 1
+	[ -d solutions ] || return 0
+	"$PYTHON" -m grader build solutions &&
+		$PYTEST_CMD -q -m "not device" grader/selftest/test_cheats.py::test_cheats_compile \
+			grader/selftest/test_mutants.py::test_mutants_compile
+}
+part 0 build_trees
+
+# 3, 4a, 4b: each VM gets one vCPU (three 2-vCPU VMs on two cores cost more
+# than they gain under TCG) and 4a two rxe devices, over which the self-check
+# spreads its gradings (grader/session/shards.py: one waits while the other
+# works). 4a and 4b boot their own VMs (RXE_VM_COLD), never the warm VM
+# part 3 starts and stops. Each VM has its own devices and counters.
+export RXE_VM_SMP=${RXE_VM_SMP:-1}
+vm_part() {
+	bats grader/bats/with-rxe.bats
+	local w=$?
+	RXE_VM_NO_RXE=1 vm-setup/with-rxe bats grader/bats/native.bats
+	local n=$?
+	[ $w = 0 ] && [ $n = 0 ]
+}
+part 3 vm_part &
 if [ -d solutions ]; then
-	RXE_VM_COLD=1 vm-setup/with-rxe $PYTEST_CMD -m device -v grader/selftest/test_cheats.py \
-		grader/selftest/test_mutants.py "$@" \
-		>"$logs/4b" 2>&1 3>&- &
+	part 4b env RXE_VM_COLD=1 vm-setup/with-rxe $PYTEST_CMD -m device -v \
+		grader/selftest/test_cheats.py grader/selftest/test_mutants.py "$@" &
 else
 	echo "(no solutions/ here: no cheats or mutants to grade)" >"$logs/4b"
-	true &
+	echo 0 >"$logs/4b.rc"
+	echo 0 >"$logs/4b.end"
 fi
-part4b=$!
-echo "== 4a. in vm-setup/with-rxe: device smoke test, solutions, skeletons and hostile submissions graded =="
-RXE_VM_COLD=1 vm-setup/with-rxe bash -c 'bats grader/bats/device.bats; b=$?
-	'"$PYTEST"' -m device -v --deselect grader/selftest/test_cheats.py --deselect grader/selftest/test_mutants.py "$@"; p=$?
-	[ $b = 0 ] && [ $p = 0 ]' run-all "$@"
-device=$?
-wait $part3
-vm=$?
-echo "== 3. bats: with-rxe through the micro-VM (beside parts 2 and 4) =="
-cat "$logs/3"
-wait $part4b
-cheats=$?
-echo "== 4b. in vm-setup/with-rxe: the cheats and the mutants graded =="
-cat "$logs/4b"
+device_part() {
+	RXE_VM_COLD=1 RXE_VM_DEVICES=2 vm-setup/with-rxe bash -c 'bats grader/bats/device.bats; b=$?
+		'"$PYTEST"' -m device -v --deselect grader/selftest/test_cheats.py --deselect grader/selftest/test_mutants.py "$@"; p=$?
+		[ $b = 0 ] && [ $p = 0 ]' run-all "$@"
+}
+part 4a device_part "$@" &
 
-status() { [ "$1" = 0 ] && echo ok || echo "FAILED ($1)"; }
-echo "make test: scripts $(status $scripts), grader+self-check $(status $host)," \
-	"micro-VM $(status $vm), device $(status $device), cheats $(status $cheats)"
-[ $scripts = 0 ] && [ $host = 0 ] && [ $vm = 0 ] && [ $device = 0 ] && [ $cheats = 0 ]
+part 1 bats grader/bats/scripts.bats grader/bats/setup.bats
+part 2 $PYTEST -m "not device" "$@"
+wait
+
+status() { [ "$(cat "$logs/$1.rc")" = 0 ] && echo ok || echo "FAILED ($(cat "$logs/$1.rc"))"; }
+for p in 0 1 2 3 4a 4b; do
+	case $p in
+	0) title="the trees the device parts grade, compiled" ;;
+	1) title="bats: vm-setup scripts and Makefile" ;;
+	2) title="pytest: grader and course self-check, no device" ;;
+	3) title="bats: with-rxe through the micro-VM" ;;
+	4a) title="in vm-setup/with-rxe: device smoke test, solutions, skeletons and hostile submissions graded" ;;
+	4b) title="in vm-setup/with-rxe: the cheats and the mutants graded" ;;
+	esac
+	echo "== $p. $title =="
+	cat "$logs/$p"
+	echo "== $p: $(status "$p"), done at $(cat "$logs/$p.end") s =="
+done
+echo "make test: trees $(status 0), scripts $(status 1), grader+self-check $(status 2)," \
+	"micro-VM $(status 3), device $(status 4a), cheats $(status 4b); $((SECONDS - t0)) s"
+for p in 0 1 2 3 4a 4b; do
+	[ "$(cat "$logs/$p.rc")" = 0 ] || exit 1
+done
