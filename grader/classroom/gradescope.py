@@ -9,7 +9,13 @@ The zip (Gradescope's autograder specification) holds at its root:
   run_autograder   grades /autograder/submission into
                    /autograder/results/results.json
   course/          the course as the students have it (make student-repo's
-                   files: no solutions/) and gradescope.json (the lessons)
+                   files) and gradescope.json (the lessons), plus the two
+                   files of solutions/ that grading needs (REFERENCE): lesson
+                   05's rc.c, which the later lessons link so that their
+                   points do not depend on lesson 05's, and lesson 09's
+                   answer key, which grades the predictions. The zip is the
+                   instructor's: Gradescope never shows it to students, and
+                   the sandbox hides solutions/ from their programs.
 AUTOGRADER_ROOT (default /autograder) moves all of it, for a local run.
 
 A submission may be a whole student repository, a skeletons/-shaped tree,
@@ -38,6 +44,8 @@ from grader.core.course import (COURSE, lesson_names, needs_device,
                                 parse_lessons)
 
 FILES = Path("grader") / "classroom" / "gradescope-files"
+# What of solutions/ the autograder grades with (and nothing else of it).
+REFERENCE = ["solutions/05-send-recv/rc.c", "solutions/09-failures/ANSWERS.md"]
 
 
 # ---- building the zip -----------------------------------------------------------
@@ -73,6 +81,8 @@ def build_zip(lesson, out):
             z.writestr(info, (COURSE / FILES / name).read_bytes(),
                        zipfile.ZIP_DEFLATED)
         for f in studentrepo.released_files(COURSE):
+            z.write(COURSE / f, "course/" + f)
+        for f in REFERENCE:
             z.write(COURSE / f, "course/" + f)
         z.writestr("course/gradescope.json", json.dumps(config, indent=2))
     os.replace(tmp, out)
