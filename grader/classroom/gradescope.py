@@ -61,10 +61,10 @@ def kernel_package():
     return debs[-1].name, hashlib.sha1(debs[-1].read_bytes()).hexdigest()
 
 
-def build_zip(lesson, out):
+def build_zip(lesson, out, test=""):
     names = parse_lessons(lesson) if lesson else lesson_names(COURSE,
                                                                      COURSE)
-    config = {"lesson": ",".join(names),
+    config = {"lesson": ",".join(names), "test": test,
               "device": any(needs_device(n) for n in names),
               "kernel": kernel_package(),
               "built": datetime.datetime.now(datetime.timezone.utc)
@@ -157,7 +157,9 @@ def run(root):
     for attempt in (1, 2):
         tmp.unlink(missing_ok=True)
         rc = grade.main(["--src", str(tree), "--results", str(tmp),
-                         "--lesson", ",".join(got)])
+                         "--lesson", ",".join(got)]
+                        + (["--test", config["test"]]
+                           if config.get("test") else []))
         if tmp.exists():
             break
         print(f"run_autograder: grading did not run to its end (exit {rc}, "
@@ -207,13 +209,19 @@ def run(root):
 def main(argv):
     ap = argparse.ArgumentParser(prog="python3 -m grader gradescope")
     ap.add_argument("--lesson", default="")
+    ap.add_argument("--test", default="",
+                    help="only the tests whose name or title has this "
+                         "('!NAME': all others): an assignment of a part "
+                         "of a lesson, e.g. lesson 09's predictions")
     ap.add_argument("--out", default=str(COURSE / "build" / "gradescope" /
                                          "autograder.zip"))
     args = ap.parse_args(argv)
     out = Path(args.out)
-    config = build_zip(args.lesson, out)
+    config = build_zip(args.lesson, out, args.test)
     print(f"{out} ({out.stat().st_size // 1024} KiB): lessons "
-          f"{config['lesson']}; upload it as the assignment's autograder "
+          f"{config['lesson']}"
+          + (f", tests matching {args.test!r}" if args.test else "")
+          + "; upload it as the assignment's autograder "
           f"(see INSTRUCTORS.md: base image, container size)")
     return 0
 

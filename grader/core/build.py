@@ -35,6 +35,7 @@ from grader.core.course import COURSE, lesson_names  # noqa: F401
 SYSTEM_HEADERS = ("/usr/",)
 STAMP = ".build.json"
 RC_FILE = Path("05-send-recv") / "rc.c"     # lesson 05's connection
+PRELAB = "prelab"   # in a build: a pre-lab's files (grader/classroom/gradebook.py)
 
 
 def links_rc(course, name):
@@ -135,6 +136,9 @@ def compile_lesson(course, src, name, prebuilt=False):
         return saved
     result = {"rc": 0, "stdout": "", "stderr": "", "missing": False,
               "command": shlex.join(cmd)}
+    # A pre-lab's record (make grade-class PRELAB=...) is written after
+    # each compile by the one who wants it; never left from another run.
+    shutil.rmtree(out / PRELAB, ignore_errors=True)
     if not (src / name).is_dir():
         result.update(missing=True, rc=1)
         return _save(out, stamp, result)

@@ -3,9 +3,11 @@ no instructor-only test, works (make grade, the self-check's collection, the
 GitHub workflow's grading command), and its workflow names only what exists.
 Host only: lesson 04 needs no device."""
 
+import hashlib
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -401,3 +403,97 @@ def test_the_workflows_grading_command_runs_here(repo, tmp_path):
         for t in result["tests"])
     assert "| ❌ 04-work-requests | 0/14 |" in (out / "summary.md").read_text()
     assert (out / "junit.xml").is_file() and (out / "results.json").is_file()
+
+
+# ---- lesson 09's answer key stays with the instructor ---------------------------
+
+def _key():
+    """{experiment: its line up to the parenthesis}: the key table of
+    solutions/09-failures/ANSWERS.md (the grader's answer_key() reads the
+    same rows)."""
+    text = (COURSE / "solutions/09-failures/ANSWERS.md").read_text()
+    return dict(re.findall(r"^\| ([a-z0-9-]+) \| `([^`]+)` \|$", text, re.M))
+
+
+def key_traces(root, files):
+    """['FILE: what'] for every released file that holds an answer of
+    lesson 09's key: an experiment's line ('dereg-mr: completion on A:
+    ...'), or a hash of one (the digests a grader could keep instead)."""
+    key = _key()
+    lines = {f"{e}: {o}" for e, o in key.items()}
+    digests = {hashlib.sha256(f"rdma-course 09 {e}: {o}".encode())
+               .hexdigest()[:16] for e, o in key.items()}
+    found = []
+    for f in files:
+        text = readable(root / f)
+        if text is None:
+            continue
+        flat = norm(text)
+        found += [f"{f}: {x!r}" for x in sorted(lines) if x in flat]
+        found += [f"{f}: a digest of the key ({d}...)" for d in sorted(digests)
+                  if d in text]
+    return found
+
+
+def test_the_answer_key_is_not_released(repo):
+    assert len(_key()) == 13
+    assert key_traces(repo, release_files(repo)) == []
+    # A released file holding an answer, or a hash of one, is caught.
+    e, o = next(iter(_key().items()))
+    tmp = COURSE / "build" / "selftest-leak"
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "README.md").write_text(f"| `{e}: {o} (words)` | ... |\n")
+    digest = hashlib.sha256(f"rdma-course 09 {e}: {o}".encode()).hexdigest()
+    (tmp / "test_x.py").write_text(f'KEY = {{"{e}": "{digest[:20]}"}}\n')
+    assert len(key_traces(tmp, ["README.md", "test_x.py"])) == 2
+
+
+def _grade_predictions(course, tree, tmp_path):
+    """Lesson 09's prediction tests of @course (its grader, its key or
+    none) on @tree: (exit status, console, results.json). They need no
+    device: they read predictions.c."""
+    results = tmp_path / "results.json"
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini",
+         "--rootdir", ".", "-p", "grader.session.plugin", "-qq", "--tb=no",
+         "-rN", "--color=no", "grader/lessons/test_09_failures.py",
+         f"--src={tree}", "--test=predict", f"--results={results}",
+         f"--transcripts={tmp_path / 'transcripts'}"],
+        cwd=course, capture_output=True, text=True, timeout=300)
+    return res.returncode, res.stdout + res.stderr, json.loads(
+        results.read_text())
+
+
+def test_predictions_are_graded_on_submission(repo, tmp_path):
+    """In the students' repository the predictions' form is checked and
+    their points are pending; where the key is, they are graded: the same
+    predictions, right, wrong and ill-formed."""
+    tree = tmp_path / "tree"
+    for lesson in ("05-send-recv", "09-failures"):
+        shutil.copytree(COURSE / "solutions" / lesson, tree / lesson)
+    preds = tree / "09-failures" / "predictions.c"
+    right = preds.read_text()
+    e, o = next((e, o) for e, o in _key().items() if o == "succeeded")
+
+    rc, out, data = _grade_predictions(repo, tree, tmp_path / "s1")
+    assert "Score: 0/6 (+6 graded on submission)" in out, out
+    assert rc == 0, out
+    assert data["graded_on_submission"] == 6
+    assert [t["status"] for t in data["tests"]] == ["pending"] * 3
+    rc, out, data = _grade_predictions(COURSE, tree, tmp_path / "i1")
+    assert "Score: 6/6" in out and rc == 0, out
+
+    # Well-formed but wrong: pending there, lost here.
+    preds.write_text(right.replace(f'"{e}", "succeeded"',
+                                   f'"{e}", "ibv_reg_mr failed: EFAULT"'))
+    rc, out, _ = _grade_predictions(repo, tree, tmp_path / "s2")
+    assert "Score: 0/6 (+6 graded on submission)" in out and rc == 0, out
+    rc, out, _ = _grade_predictions(COURSE, tree, tmp_path / "i2")
+    assert "Score: 4/6" in out and "not what rxe does" in out, out
+    assert rc != 0
+
+    # Not a form at all: lost everywhere, and the failure says why.
+    preds.write_text(right.replace(f'"{e}", "succeeded"', f'"{e}", "?"'))
+    rc, out, _ = _grade_predictions(repo, tree, tmp_path / "s3")
+    assert "Score: 0/6 (+4 graded on submission)" in out, out
+    assert f"{e}: ?" in out and rc != 0
