@@ -25,6 +25,11 @@
  *   munmap addr=0x.. len=N sum=0x..     (only of registered memory)
  *   mmap addr=0x.. len=N fixed=1 ok=1|0 (only with MAP_FIXED)
  *   async_event type=T
+ *   get_device_list num=N;  free_device_list;  close_device rc=R
+ *   query_port port=P state=S active_mtu=M link_layer=L (what it returned)
+ *   query_gid port=P index=I rc=0      (ibv_query_gid_ex(), ibv_query_gid():
+ *                                      the slots that answered)
+ *   modify_qp qpn=Q state=S mask=0xM rc=R
  *   query_qp qpn=Q state=S
  *   req_notify_cq solicited=S rc=R
  *   get_cq_event rc=R
@@ -38,7 +43,14 @@
  * $VERBS_SPY_NODE_GUID=HEX makes ibv_get_device_guid() and
  * ibv_query_device() return that node GUID:
  * a program that prints the GUID from sysfs instead of asking the device
- * prints the wrong one. The data path's calls (ibv_post_send, ibv_poll_cq)
+ * prints the wrong one. Likewise, values the grader chooses and a copy of
+ * sysfs cannot know (lesson 01):
+ *   $VERBS_SPY_PORT=STATE:MTU:LINK  ibv_query_port()'s state, active_mtu
+ *                                   and link_layer (enum values)
+ *   $VERBS_SPY_GID=HEX32:TYPE       every GID slot that holds one reads
+ *                                   as HEX32 with its last two bytes the
+ *                                   index, of gid_type TYPE
+ *   $VERBS_SPY_DEVICE_SUFFIX=S      ibv_get_device_name() adds S The data path's calls (ibv_post_send, ibv_poll_cq)
  * are inline functions that jump through the context's ops table, so
  * ibv_open_device() is wrapped to put our functions in that table.
  */
@@ -573,8 +585,149 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
 	return rc;
 }
 
+/* ---- what a program asks about the devices (lesson 01) ------------------- */
+
+struct ibv_device **ibv_get_device_list(int *num_devices)
+{
+	struct ibv_device **list;
+	int n = 0;
+
+	REAL(ibv_get_device_list);
+	list = real(&n);
+	if (num_devices)
+		*num_devices = n;
+	record("get_device_list num=%d ok=%d\n", n, list != NULL);
+	return list;
+}
+
+void ibv_free_device_list(struct ibv_device **list)
+{
+	REAL(ibv_free_device_list);
+	real(list);
+	record("free_device_list\n");
+}
+
+int ibv_close_device(struct ibv_context *context)
+{
+	int rc;
+
+	REAL(ibv_close_device);
+	rc = real(context);
+	record("close_device rc=%d\n", rc);
+	return rc;
+}
+
+const char *ibv_get_device_name(struct ibv_device *device)
+{
+	static __thread char names[8][IBV_SYSFS_NAME_MAX + 32];
+	static __thread unsigned int next;
+	const char *suffix = getenv("VERBS_SPY_DEVICE_SUFFIX");
+	const char *name;
+	char *out;
+
+	REAL(ibv_get_device_name);
+	name = real(device);
+	if (!name || !suffix)
+		return name;
+	out = names[next++ % 8];
+	snprintf(out, sizeof(names[0]), "%s%s", name, suffix);
+	return out;
+}
+
+static int (*real_query_port)(struct ibv_context *, uint8_t,
+			      struct ibv_port_attr *, size_t);
+
+static int spy_query_port(struct ibv_context *context, uint8_t port_num,
+			  struct ibv_port_attr *attr, size_t size)
+{
+	const char *want = getenv("VERBS_SPY_PORT");
+	unsigned int state, mtu, link;
+	int rc;
+
+	rc = real_query_port(context, port_num, attr, size);
+	if (rc)
+		return rc;
+	if (want && sscanf(want, "%u:%u:%u", &state, &mtu, &link) == 3) {
+		attr->state = state;
+		attr->active_mtu = mtu;
+		attr->link_layer = link;
+	}
+	record("query_port port=%u state=%d active_mtu=%d link_layer=%d\n",
+	       port_num, attr->state, attr->active_mtu, attr->link_layer);
+	return rc;
+}
+
+/* $VERBS_SPY_GID: the GID (and type) slot @index reads as. 0 or -1. */
+static int spy_gid(uint32_t index, union ibv_gid *gid, uint32_t *type)
+{
+	const char *want = getenv("VERBS_SPY_GID");
+	unsigned int b, t;
+	int i;
+
+	if (!want || strlen(want) < 34 || want[32] != ':')
+		return -1;
+	for (i = 0; i < 16; i++) {
+		if (sscanf(want + 2 * i, "%2x", &b) != 1)
+			return -1;
+		gid->raw[i] = b;
+	}
+	gid->raw[14] = index >> 8;
+	gid->raw[15] = index & 0xff;
+	if (type && sscanf(want + 33, "%u", &t) == 1)
+		*type = t;
+	return 0;
+}
+
+int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num,
+		      uint32_t gid_index, struct ibv_gid_entry *entry,
+		      uint32_t flags, size_t entry_size)
+{
+	int rc;
+
+	REAL(_ibv_query_gid_ex);
+	rc = real(context, port_num, gid_index, entry, flags, entry_size);
+	if (!rc)
+		spy_gid(gid_index, &entry->gid, &entry->gid_type);
+	if (!rc)
+		record("query_gid port=%u index=%u rc=%d\n", port_num,
+		       gid_index, rc);
+	return rc;
+}
+
+int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index,
+		  union ibv_gid *gid)
+{
+	static const union ibv_gid zero;
+	int rc;
+
+	REAL(ibv_query_gid);
+	rc = real(context, port_num, index, gid);
+	/* An empty slot reads as zeros: it stays empty. */
+	if (!rc && memcmp(gid, &zero, sizeof(zero)))
+		spy_gid(index, gid, NULL);
+	if (!rc)
+		record("query_gid port=%u index=%d rc=%d\n", port_num, index,
+		       rc);
+	return rc;
+}
+
+/* ---- state changes (lesson 03) -------------------------------------------- */
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+{
+	int rc;
+
+	REAL(ibv_modify_qp);
+	rc = real(qp, attr, attr_mask);
+	record("modify_qp qpn=%u state=%d mask=0x%x rc=%d\n", qp->qp_num,
+	       attr_mask & IBV_QP_STATE ? (int)attr->qp_state : -1, attr_mask,
+	       rc);
+	return rc;
+}
+
 struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
+	struct verbs_context *vctx;
 	struct ibv_context *ctx;
 
 	REAL(ibv_open_device);
@@ -588,7 +741,12 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 		ctx->ops.post_recv = spy_post_recv;
 		ctx->ops.poll_cq = spy_poll_cq;
 		ctx->ops.req_notify_cq = spy_req_notify_cq;
-		record("open_device %s\n", ibv_get_device_name(device));
+		vctx = verbs_get_ctx_op(ctx, query_port);
+		if (vctx) {
+			real_query_port = vctx->query_port;
+			vctx->query_port = spy_query_port;
+		}
+		record("open_device %s\n", device->name);
 	}
 	return ctx;
 }
