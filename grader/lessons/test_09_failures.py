@@ -780,7 +780,9 @@ def _score_predictions(build, exps):
             f"one of the forms of predictions.h (succeeded, CALL failed: "
             f"ERRNAME, completion on A|B: IBV_WC_NAME, async event: "
             f"IBV_EVENT_NAME, peer read: old|new|other contents; names from "
-            f"the headers):\n" + "\n".join(bad))
+            f"the headers):\n" + "\n".join(bad)
+            + f"\nreproduce: {build.command(PROG, '--predictions')} "
+            f"prints the table")
     key = answer_key(build.course)
     if key is None:
         raise GradedOnSubmission(
@@ -792,7 +794,9 @@ def _score_predictions(build, exps):
     if wrong:
         raise GradeFailure(
             f"{where}: {len(wrong)} of these {len(exps)} predictions are not "
-            f"what rxe does:\n" + "\n".join(wrong))
+            f"what rxe does:\n" + "\n".join(wrong)
+            + f"\nreproduce: {build.command(PROG, '--predictions')} "
+            f"prints the table")
 
 
 @points(2, "predictions: local errors (dereg-mr, sge-past-mr, post-before-rts, num-sge)")
