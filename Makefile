@@ -26,10 +26,14 @@
 #   make bench-grade     wall time of grading all solutions and of make test
 #   make student-repo OUT=DIR   the students' repository: no solutions (INSTRUCTORS.md)
 #   make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME]
-#                        [FORCE=1] [ROSTER=FILE] [BATCH=N] [TIMEOUT=S]
-#                        grade a class into OUT/gradebook.csv (INSTRUCTORS.md)
+#                        [PRELAB=NN=ISO-TIME] [FORCE=1] [ROSTER=FILE] [BATCH=N] [TIMEOUT=S]
+#                        grade a class into OUT/gradebook.csv (INSTRUCTORS.md);
+#                        PRELAB: lesson NN's pre-lab (09: the predictions) at
+#                        the last commit before its own, earlier deadline
 #   make bench-class     submissions per minute, JOBS=1 and JOBS=2, 8 submissions
-#   make gradescope [LESSON=NN]  build/gradescope/autograder.zip (INSTRUCTORS.md)
+#   make gradescope [LESSON=NN] [TEST=NAME|TEST='!NAME']  build/gradescope/autograder.zip
+#                        (INSTRUCTORS.md); TEST: an assignment of those tests only
+#                        (LESSON=09 TEST=predict: the pre-lab; TEST='!predict': the lab)
 #   make deps            install the packages the course needs (root; Debian 12,
 #                        Ubuntu 22.04/24.04)
 #   make vm-kernel-update [CHECK=LESSONS|all|none]  pin Debian's current kernel
@@ -140,15 +144,17 @@ SUBMISSIONS ?=
 OUT     ?=
 JOBS    ?= 1
 DEADLINE ?=
+PRELAB  ?=
 FORCE   ?=
 ROSTER  ?=
 BATCH   ?=
 TIMEOUT ?=
 grade-class:
-	@$(if $(and $(SUBMISSIONS),$(OUT)),,$(error usage: make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME] [FORCE=1] [ROSTER=FILE]))
+	@$(if $(and $(SUBMISSIONS),$(OUT)),,$(error usage: make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME] [PRELAB=NN=ISO-TIME] [FORCE=1] [ROSTER=FILE]))
 	@$(PYTHON) -m grader grade-class --submissions='$(abspath $(SUBMISSIONS))' \
 		--out='$(abspath $(OUT))' --jobs='$(JOBS)' \
 		$(if $(LESSON),--lesson='$(LESSON)') $(if $(DEADLINE),--deadline='$(DEADLINE)') \
+		$(if $(PRELAB),--prelab='$(PRELAB)') \
 		$(if $(filter 1,$(FORCE)),--force) $(if $(ROSTER),--roster='$(abspath $(ROSTER))') \
 		$(if $(BATCH),--batch='$(BATCH)') $(if $(TIMEOUT),--timeout='$(TIMEOUT)')
 
@@ -156,7 +162,8 @@ bench-class:
 	@grader/classroom/bench-class.sh
 
 gradescope:
-	@$(PYTHON) -m grader gradescope $(if $(LESSON),--lesson='$(LESSON)')
+	@$(PYTHON) -m grader gradescope $(if $(LESSON),--lesson='$(LESSON)') \
+		$(if $(TEST),--test='$(TEST)')
 
 deps:
 	@vm-setup/install-deps.sh

@@ -30,14 +30,19 @@ def per_lesson(results):
     for t in results["tests"]:
         name = t["name"].split(":")[0]
         got, total, failed = lessons.get(name, (0, 0, []))
-        if t["score"] < t["max_score"]:
+        if t.get("status") == "pending":
+            failed = failed + [t["name"].split(": ", 1)[-1]
+                               + " (graded on submission)"]
+        elif t["score"] < t["max_score"]:
             failed = failed + [t["name"].split(": ", 1)[-1]]
         lessons[name] = (got + t["score"], total + t["max_score"], failed)
     return lessons
 
 
 def summary_md(results):
-    lines = [f"## Score: {results['score']}/{results['max_score']}", "",
+    pending = results.get("graded_on_submission")
+    lines = [f"## Score: {results['score']}/{results['max_score']}"
+             + (f" (+{pending} graded on submission)" if pending else ""), "",
              "| lesson | points | failed tests |", "|---|---:|---|"]
     for name, (got, total, failed) in sorted(per_lesson(results).items()):
         shown = "; ".join(failed[:3]) + (f"; ... ({len(failed)})"

@@ -2,12 +2,17 @@
 of a class into a gradebook.
 
     python3 -m grader grade-class --submissions DIR --out DIR [--jobs N]
-        [--lesson L] [--deadline ISO-TIME] [--force] [--roster FILE]
-        [--batch N] [--timeout S]
+        [--lesson L] [--deadline ISO-TIME] [--prelab NN=ISO-TIME ...]
+        [--force] [--roster FILE] [--batch N] [--timeout S]
 
 A submission is a subdirectory of DIR per student: a tree shaped like
 skeletons/, or a clone of the student repository (its skeletons/ is graded;
-with --deadline, at its last commit before the deadline).
+with --deadline, at its last commit before the deadline). A lesson with a
+pre-lab (lesson.toml: prelab, the files of the part to be done first: lesson
+09's predictions.c) can be given its own, earlier deadline, --prelab
+09=ISO-TIME: those files are graded as they were at the student's last
+commit before it (written into the lesson's build, prelab/, where the
+lesson's tests read them).
 
 Built on grade.py's way of grading: the integrity check, compiling every
 lesson on the host (grader/core/build.py), then pytest with the grader plugin and
@@ -43,7 +48,9 @@ import threading
 import time
 from pathlib import Path
 
-from grader.core.build import compile_lesson
+import tomllib
+
+from grader.core.build import PRELAB, build_dir, compile_lesson
 from grader.core.course import (COURSE, lesson_names, needs_device,
                                 parse_lessons)
 from grader.core import procs
@@ -210,6 +217,8 @@ class Gradebook:
         self.work = None
         self.live = set()
         self.graded_now = 0
+        # lesson number -> its pre-lab deadline (--prelab 09=TIME)
+        self.prelabs = dict(x.split("=", 1) for x in args.prelab or [])
 
     # -- progress --
     def progress(self, final=False):
@@ -371,8 +380,50 @@ class Gradebook:
             try:
                 for name in sub.lessons:
                     sub.compiled[name] = compile_lesson(COURSE, sub.src, name)
+                    if name[:2] in self.prelabs:
+                        self.write_prelab(sub, name)
             finally:
                 Path(item["built"]).write_text("")
+
+    def write_prelab(self, sub, name):
+        """The pre-lab's files of lesson @name as they were at the
+        submission's last commit before its pre-lab deadline, into the
+        lesson's build (prelab/), with prelab.json: commit, when,
+        deadline, note (commit empty: nothing to grade)."""
+        deadline = self.prelabs[name[:2]]
+        files = tomllib.loads((COURSE / "lessons" / name / "lesson.toml")
+                              .read_text()).get("prelab", [])
+        d = build_dir(COURSE, sub.src, name) / PRELAB
+        d.mkdir(parents=True, exist_ok=True)
+        info = {"deadline": deadline, "commit": "", "when": "", "note": ""}
+        if not (sub.path / ".git").exists():
+            # No history: the tree's own files, as DEADLINE does.
+            for f in files:
+                if (sub.src / name / f).is_file():
+                    shutil.copyfile(sub.src / name / f, d / f)
+            info.update(commit="(no git history)", note="no git history: "
+                        "the pre-lab deadline was not applied")
+        else:
+            res = _git(sub.path, "log", "-1", "--format=%H %cI",
+                       f"--before={deadline}", "HEAD")
+            line = res.stdout.strip()
+            if res.returncode != 0 or not line:
+                info["note"] = f"no commit before {deadline}"
+            else:
+                commit, when = line.split(" ", 1)
+                prefix = "skeletons/" if (sub.path / "skeletons").is_dir() \
+                    else ""
+                for f in files:
+                    shown = _git(sub.path, "show",
+                                 f"{commit}:{prefix}{name}/{f}")
+                    if shown.returncode == 0:
+                        (d / f).write_text(shown.stdout)
+                info.update(commit=commit, when=when)
+        (d / "prelab.json").write_text(json.dumps(info, indent=2) + "\n")
+        sub.note = "; ".join(x for x in (sub.note, (
+            f"pre-lab {name[:2]}: " + (f"commit {info['commit'][:12]} "
+                                       f"({info['when']})" if info["when"]
+                                       else info["note"]))) if x)
 
     def retry(self, sub, why):
         sub.attempts += 1
@@ -556,6 +607,10 @@ def main(argv):
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--lesson", default="")
     ap.add_argument("--deadline", default="")
+    ap.add_argument("--prelab", action="append", default=[],
+                    metavar="NN=ISO-TIME",
+                    help="grade lesson NN's pre-lab files (lesson.toml: "
+                         "prelab) at the last commit before ISO-TIME")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--roster", default="")
     ap.add_argument("--batch", type=int, default=8,
@@ -570,6 +625,23 @@ def main(argv):
             print(f"DEADLINE={args.deadline}: not an ISO time (e.g. "
                   f"2026-12-01T23:59:00+01:00)", file=sys.stderr)
             return 2
+    prelabs = [p for x in args.prelab for p in x.replace(",", " ").split()]
+    for p in prelabs:
+        num, _, when = p.partition("=")
+        try:
+            datetime.datetime.fromisoformat(when)
+            lesson = parse_lessons(num)[0]
+            files = tomllib.loads((COURSE / "lessons" / lesson /
+                                   "lesson.toml").read_text()).get("prelab")
+        except (ValueError, IndexError, OSError, SystemExit):
+            files = None
+        if not files:
+            print(f"PRELAB={p}: expected NN=ISO-TIME for a lesson with a "
+                  f"pre-lab (lesson.toml: prelab), e.g. "
+                  f"09=2026-11-20T23:59:00+01:00", file=sys.stderr)
+            return 2
+    args.prelab = [f"{parse_lessons(p.partition('=')[0])[0][:2]}="
+                   f"{p.partition('=')[2]}" for p in prelabs]
     if args.jobs < 1 or args.batch < 1:
         print("JOBS and BATCH must be at least 1", file=sys.stderr)
         return 2

@@ -11,7 +11,13 @@ The zip (Gradescope's autograder specification) holds at its root:
   run_autograder   grades /autograder/submission into
                    /autograder/results/results.json
   course/          the course as the students have it (make student-repo's
-                   files: no solutions/) and gradescope.json (the lessons)
+                   files) and gradescope.json (the lessons), plus the two
+                   files of solutions/ that grading needs (REFERENCE): lesson
+                   05's rc.c, which the later lessons link so that their
+                   points do not depend on lesson 05's, and lesson 09's
+                   answer key, which grades the predictions. The zip is the
+                   instructor's: Gradescope never shows it to students, and
+                   the sandbox hides solutions/ from their programs.
 AUTOGRADER_ROOT (default /autograder) moves all of it, for a local run.
 
 A submission may be a whole student repository, a skeletons/-shaped tree,
@@ -39,14 +45,16 @@ from grader.core.course import (COURSE, lesson_names, needs_device,
                                 parse_lessons)
 
 FILES = Path("grader") / "classroom" / "gradescope-files"
+# What of solutions/ the autograder grades with (and nothing else of it).
+REFERENCE = ["solutions/05-send-recv/rc.c", "solutions/09-failures/ANSWERS.md"]
 
 
 # ---- building the zip -----------------------------------------------------------
 
-def build_zip(lesson, out):
+def build_zip(lesson, out, test=""):
     names = parse_lessons(lesson) if lesson else lesson_names(COURSE,
                                                                      COURSE)
-    config = {"lesson": ",".join(names),
+    config = {"lesson": ",".join(names), "test": test,
               "device": any(needs_device(n) for n in names),
               "built": datetime.datetime.now(datetime.timezone.utc)
               .strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -59,6 +67,8 @@ def build_zip(lesson, out):
             z.writestr(info, (COURSE / FILES / name).read_bytes(),
                        zipfile.ZIP_DEFLATED)
         for f in studentrepo.released_files(COURSE):
+            z.write(COURSE / f, "course/" + f)
+        for f in REFERENCE:
             z.write(COURSE / f, "course/" + f)
         z.writestr("course/gradescope.json", json.dumps(config, indent=2))
     os.replace(tmp, out)
@@ -133,7 +143,9 @@ def run(root):
     for attempt in (1, 2):
         tmp.unlink(missing_ok=True)
         rc = grade.main(["--src", str(tree), "--results", str(tmp),
-                         "--lesson", ",".join(got)])
+                         "--lesson", ",".join(got)]
+                        + (["--test", config["test"]]
+                           if config.get("test") else []))
         if tmp.exists():
             break
         print(f"run_autograder: grading did not run to its end (exit {rc}, "
@@ -183,13 +195,19 @@ def run(root):
 def main(argv):
     ap = argparse.ArgumentParser(prog="python3 -m grader gradescope")
     ap.add_argument("--lesson", default="")
+    ap.add_argument("--test", default="",
+                    help="only the tests whose name or title has this "
+                         "('!NAME': all others): an assignment of a part "
+                         "of a lesson, e.g. lesson 09's predictions")
     ap.add_argument("--out", default=str(COURSE / "build" / "gradescope" /
                                          "autograder.zip"))
     args = ap.parse_args(argv)
     out = Path(args.out)
-    config = build_zip(args.lesson, out)
+    config = build_zip(args.lesson, out, args.test)
     print(f"{out} ({out.stat().st_size // 1024} KiB): lessons "
-          f"{config['lesson']}; upload it as the assignment's autograder "
+          f"{config['lesson']}"
+          + (f", tests matching {args.test!r}" if args.test else "")
+          + "; upload it as the assignment's autograder "
           f"(see INSTRUCTORS.md: base image, container size)")
     return 0
 

@@ -13,6 +13,13 @@ directory and compiled there. A submission may include its own files,
 lessons/common/, lessons/NN-topic/ and system headers; an #include that
 reaches anything else (solutions/, the grader, another tree) is refused with
 the file and the rule, and costs that lesson.
+
+Lesson 05's connection: the lessons whose lesson.mk links $(RC) (06, 07,
+09-12) are built with lesson 05's rc.c. Where the course has its reference
+(solutions/05-send-recv/rc.c: the instructor's checkout, the Gradescope
+autograder) that one, so that a lesson's points do not depend on another
+lesson's; otherwise (the students' repository) SRC's own
+05-send-recv/rc.c, copied and checked like the lesson's files.
 """
 
 import hashlib
@@ -27,6 +34,22 @@ from grader.core import harness
 from grader.core.course import COURSE, lesson_names  # noqa: F401
 SYSTEM_HEADERS = ("/usr/",)
 STAMP = ".build.json"
+RC_FILE = Path("05-send-recv") / "rc.c"     # lesson 05's connection
+PRELAB = "prelab"   # in a build: a pre-lab's files (grader/classroom/gradebook.py)
+
+
+def links_rc(course, name):
+    """Does lesson `name` link lesson 05's rc.c (its lesson.mk uses $(RC))?"""
+    mk = course / "lessons" / name / "lesson.mk"
+    return name != RC_FILE.parts[0] and mk.is_file() and \
+        "$(RC)" in mk.read_text()
+
+
+def reference_rc(course):
+    """The course's reference rc.c (solutions/), or None where there is
+    none (the students' repository)."""
+    ref = course / "solutions" / RC_FILE
+    return ref if ref.is_file() else None
 
 
 def build_dir(course, src, lesson_name):
@@ -50,8 +73,10 @@ def _lesson_files(src, name):
     return files
 
 
-def _inputs_key(course, files, name):
+def _inputs_key(course, files, name, rc=None):
     h = hashlib.sha256()
+    if rc is not None:
+        h.update(b"rc\0" + rc.read_bytes() + b"\0")
     provided = sorted((course / "lessons" / name).glob("*")) \
         + sorted((course / "lessons" / "common").glob("*"))
     for f in files:
@@ -64,10 +89,11 @@ def _inputs_key(course, files, name):
 
 
 def _outside_includes(course, copy, name, files):
-    """The dependencies of the copied sources that the rule forbids, as
-    (source file, dependency) pairs."""
+    """The dependencies of the copied sources (`files`: paths relative to
+    `copy`) that the rule forbids, as (source file, dependency) pairs."""
     allowed = [os.path.realpath(p) + "/" for p in
-               (copy, course / "lessons" / "common", course / "lessons" / name)]
+               (copy, copy.parent / RC_FILE.parent,
+                course / "lessons" / "common", course / "lessons" / name)]
     allowed += SYSTEM_HEADERS
     bad = []
     for f in files:
@@ -75,7 +101,7 @@ def _outside_includes(course, copy, name, files):
             continue
         res = subprocess.run(
             [os.environ.get("CC", "cc"), "-M", "-Ilessons/common",
-             f"-Ilessons/{name}", str(copy / f.name)],
+             f"-Ilessons/{name}", str(copy / f)],
             cwd=course, capture_output=True, text=True, timeout=120)
         if res.returncode != 0:
             continue        # the compile reports it, with the real message
@@ -110,6 +136,9 @@ def compile_lesson(course, src, name, prebuilt=False):
         return saved
     result = {"rc": 0, "stdout": "", "stderr": "", "missing": False,
               "command": shlex.join(cmd)}
+    # A pre-lab's record (make grade-class PRELAB=...) is written after
+    # each compile by the one who wants it; never left from another run.
+    shutil.rmtree(out / PRELAB, ignore_errors=True)
     if not (src / name).is_dir():
         result.update(missing=True, rc=1)
         return _save(out, stamp, result)
@@ -118,30 +147,56 @@ def compile_lesson(course, src, name, prebuilt=False):
     except ValueError as e:
         result.update(rc=1, stderr=str(e))
         return _save(out, stamp, result)
-    key = _inputs_key(course, files, name)
+    rc = None
+    if links_rc(course, name):
+        rc = reference_rc(course)
+        result["rc_from"] = "reference" if rc else "own"
+        if rc is None:
+            rc = src / RC_FILE
+            if rc.is_symlink() or not rc.is_file():
+                what = "a symbolic link" if rc.is_symlink() else "missing"
+                result.update(rc=1, stderr=(
+                    f"lesson {name} connects with your lesson 05, {rc}, "
+                    f"which is {what} (lessons/common/lesson.mk: RC)"))
+                return _save(out, stamp, result)
+    key = _inputs_key(course, files, name, rc)
     if saved and saved.get("key") == key:
         return saved
     result["key"] = key
-    # The copy: only this lesson's files, nothing else of SRC.
+    # The copy: only this lesson's files (and lesson 05's rc.c), nothing
+    # else of SRC.
     copy = out / "src" / name
     shutil.rmtree(out / "src", ignore_errors=True)
     copy.mkdir(parents=True)
     for f in files:
         shutil.copyfile(f, copy / f.name)
-    bad = _outside_includes(course, copy, name, files)
+    checked = [Path(f.name) for f in files]
+    if rc is not None:
+        rc_copy = out / "src" / RC_FILE
+        rc_copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(rc, rc_copy)
+        cmd.append(f"RC={rc_copy}")
+        result["command"] = shlex.join(cmd)
+        if result["rc_from"] == "own":
+            checked.append(Path("..") / RC_FILE)
+    bad = _outside_includes(course, copy, name, checked)
     if bad:
         result.update(rc=1, stderr="\n".join(
-            f"{src / name / f}: includes {d}: refused (a submission may "
+            f"{os.path.normpath(src / name / f)}: includes {d}: refused "
+            f"(a submission may "
             f"include its own files, lessons/common/, lessons/{name}/ and "
             f"system headers, nothing else of the course or the machine)"
             for f, d in bad))
         return _save(out, stamp, result)
     res = harness.run(cmd, timeout=300, cwd=course)
     # Diagnostics name the student's own paths, not the copy's.
-    shown = str(src / name)
+    def shown(text):
+        text = text.replace(str(copy), str(src / name))
+        if result.get("rc_from") == "own":
+            text = text.replace(str(out / "src" / RC_FILE), str(src / RC_FILE))
+        return text
     result.update(rc=1 if res.timed_out else res.returncode,
-                  stdout=res.stdout.replace(str(copy), shown),
-                  stderr=res.stderr.replace(str(copy), shown))
+                  stdout=shown(res.stdout), stderr=shown(res.stderr))
     return _save(out, stamp, result)
 
 

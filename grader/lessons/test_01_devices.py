@@ -1,16 +1,28 @@
 """Lesson 01: devinfo lists the RDMA devices, ports and GID tables.
 
-Every value devinfo prints is compared with what the kernel says in sysfs
-(/sys/class/infiniband/DEV/...) and with `ibv_devinfo -v` on the same
-machine, so nothing can be hard-coded.
+The values devinfo prints must come from the verbs calls, so every value
+test runs it with the grader's interposer preloaded
+(grader/evidence/interpose/verbs_spy.c), which hands the program values the
+grader chose at random for this run - a node GUID, a port's state, active
+MTU and link layer, the GIDs and their types, a suffix to the device's
+name - where sysfs, `ibv_devinfo` or a table learnt by heart would give
+the real ones. What the interposer cannot change (the devices, the number
+of ports, which GID slots hold a GID, the transport) is compared with
+sysfs (/sys/class/infiniband/DEV/...) and `ibv_devinfo -v`, and the
+interposer must have seen the calls that give it. The leak test checks
+with the interposer's record that the device list was freed and every
+device opened was closed.
 """
 
 import ipaddress
 import re
+import secrets
 
+import pytest
 
 from grader import GradeFailure, expect, expect_match, points
 from grader.core.harness import leak_checker
+from grader.evidence.interpose import Spy, build_interposer
 from grader.evidence.rxe import SYSFS_IB
 
 PROG = "devinfo"
@@ -67,26 +79,47 @@ def _ibv_devinfo(build, dev):
     return ports, transport.group(1) if transport else None
 
 
-def _devinfo(build, *args):
-    res = build.run(PROG, *args).ok(f"{PROG} {' '.join(args)}".strip())
-    return res
-
-
 def _reproduce(build, *args):
     return " ".join([str(build.path(PROG)), *args])
 
 
-@points(3, "device line: name, node GUID, transport, ports (vs sysfs)")
-def test_device_line(build, rdma):
-    res = _devinfo(build)
+@pytest.fixture(scope="module")
+def spy_lib(build):
+    return build_interposer(build.course)
+
+
+def _guid_str(v):
+    h = f"{v:016x}"
+    return ":".join(h[i:i + 4] for i in range(0, 16, 4))
+
+
+def _spied(build, spy_lib, *args, **values):
+    """Run devinfo @args under the interposer with @values (Spy's):
+    (Result, Spy, the command to reproduce it)."""
+    spy = Spy(spy_lib, **values)
+    how = f"{spy.describe()} {_reproduce(build, *args)}"
+    res = build.run(PROG, *args, env=spy.env).ok(how)
+    return res, spy, how
+
+
+@points(3, "device line: name, node GUID, transport, ports (interposer, sysfs)")
+def test_device_line(build, rdma, spy_lib):
+    guid = secrets.randbits(64) | (1 << 63)
+    res, spy, how = _spied(build, spy_lib, node_guid=f"{guid:016x}")
     devices = {m.group(1): m for m in DEVICE_RE.finditer(res.stdout)}
     want = sorted(p.name for p in SYSFS_IB.iterdir())
     expect(sorted(devices), want,
-           f"devices listed by '{_reproduce(build)}' (one 'device ...' line "
+           f"devices listed by '{how}' (one 'device ...' line "
            f"each) vs /sys/class/infiniband/")
+    if not spy.calls("get_device_list") or not spy.calls("query_device"):
+        raise GradeFailure(f"{how}\nthe interposer saw no "
+                           f"ibv_get_device_list() or no ibv_query_device(): "
+                           f"the devices and their ports come from them")
     m = devices[rdma.device]
-    expect(m.group(2), _sysfs(rdma.device, "node_guid"),
-           f"node_guid of {rdma.device} vs {SYSFS_IB}/{rdma.device}/node_guid")
+    expect(m.group(2), _guid_str(guid),
+           f"node_guid of {rdma.device} when the verbs calls return "
+           f"{_guid_str(guid)} (the interposer's; sysfs says "
+           f"{_sysfs(rdma.device, 'node_guid')})")
     _, transport = _ibv_devinfo(build, rdma.device)
     expect(m.group(3), transport,
            f"transport of {rdma.device} vs ibv_devinfo's 'transport:'")
@@ -95,60 +128,88 @@ def test_device_line(build, rdma):
            f"{SYSFS_IB}/{rdma.device}/ports/")
 
 
-@points(3, "port lines: state, active MTU, link layer (vs sysfs, ibv_devinfo)")
-def test_port_lines(build, rdma):
+PORT_STATES = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE"}
+LINK_LAYERS = {1: "InfiniBand", 2: "Ethernet"}
+
+
+@points(3, "port lines: state, active MTU, link layer (interposer)")
+def test_port_lines(build, rdma, spy_lib):
     dev = rdma.device
-    res = _devinfo(build, "-d", dev)
+    state = secrets.choice(sorted(PORT_STATES))
+    mtu = 1 + secrets.randbelow(5)                  # IBV_MTU_256 .. 4096
+    link = secrets.choice(sorted(LINK_LAYERS))
+    res, spy, how = _spied(build, spy_lib, "-d", dev,
+                           port=f"{state}:{mtu}:{link}")
     ports = {int(m.group(2)): m for m in PORT_RE.finditer(res.stdout)
              if m.group(1) == dev}
     expect(sorted(ports), _sysfs_ports(dev),
-           f"ports listed as 'port {dev}/N ...' by '{_reproduce(build, '-d', dev)}'")
-    info, _ = _ibv_devinfo(build, dev)
+           f"ports listed as 'port {dev}/N ...' by '{how}'")
+    told = (f"when ibv_query_port() returns state {state}, active_mtu "
+            f"{mtu}, link_layer {link} (the interposer's values; sysfs and "
+            f"ibv_devinfo have the real ones; reproduce: {how})")
     for num, m in sorted(ports.items()):
-        state = _sysfs(dev, "ports", str(num), "state").split(":")[-1].strip()
-        expect(m.group(3), state,
-               f"state of {dev}/{num} vs {SYSFS_IB}/{dev}/ports/{num}/state")
-        expect(int(m.group(4)), info[num]["active_mtu"],
-               f"active_mtu of {dev}/{num} (bytes) vs ibv_devinfo's active_mtu")
-        expect(m.group(5), _sysfs(dev, "ports", str(num), "link_layer"),
-               f"link_layer of {dev}/{num} vs "
-               f"{SYSFS_IB}/{dev}/ports/{num}/link_layer")
+        expect(m.group(3), PORT_STATES[state], f"state of {dev}/{num} {told}")
+        expect(int(m.group(4)), 128 << mtu,
+               f"active_mtu of {dev}/{num} (bytes) {told}")
+        expect(m.group(5), LINK_LAYERS[link],
+               f"link_layer of {dev}/{num} {told}")
 
 
-@points(3, "GID table: index, GID, RoCE type (vs sysfs, ibv_devinfo)")
-def test_gid_table(build, rdma):
+GID_TYPES = {0: "IB", 1: "RoCEv1", 2: "RoCEv2"}
+
+
+def _gid_str(raw):
+    h = raw.hex()
+    return ":".join(h[i:i + 4] for i in range(0, 32, 4))
+
+
+@points(3, "GID table: index, GID, RoCE type (interposer, sysfs)")
+def test_gid_table(build, rdma, spy_lib):
     dev = rdma.device
-    res = _devinfo(build, "-d", dev)
-    info, _ = _ibv_devinfo(build, dev)
+    prefix = bytes([0xfe, 0x80]) + secrets.token_bytes(14)
+    kind = secrets.choice(sorted(GID_TYPES))
+    res, spy, how = _spied(build, spy_lib, "-d", dev,
+                           gid=f"{prefix.hex()}:{kind}")
     for num in _sysfs_ports(dev):
         link_layer = _sysfs(dev, "ports", str(num), "link_layer")
-        want = _sysfs_gids(dev, num, link_layer)
+        slots = _sysfs_gids(dev, num, link_layer)      # which hold a GID
+        want = {i: (_gid_str(prefix[:14] + i.to_bytes(2, "big")),
+                    GID_TYPES[kind]) for i in slots}
         got = {int(m.group(3)): (m.group(4), m.group(5))
                for m in GID_RE.finditer(res.stdout)
                if m.group(1) == dev and int(m.group(2)) == num}
         show = lambda g: "\n".join(f"gid {dev}/{num}/{i} {a} {b}"
                                    for i, (a, b) in sorted(g.items()))
         expect(show(got) or "(no gid lines)", show(want),
-               f"'gid {dev}/{num}/INDEX GID TYPE' lines of "
-               f"'{_reproduce(build, '-d', dev)}' vs "
-               f"{SYSFS_IB}/{dev}/ports/{num}/gids/ and gid_attrs/types/")
-        expect({i: ipaddress.IPv6Address(g) for i, (g, _) in got.items()},
-               info[num]["gids"], f"GIDs of {dev}/{num} vs ibv_devinfo -v")
+               f"'gid {dev}/{num}/INDEX GID TYPE' lines of '{how}': the "
+               f"slots {SYSFS_IB}/{dev}/ports/{num}/gids/ fills, each with "
+               f"the GID and type the interposer made ibv_query_gid_ex() "
+               f"return")
 
 
 @points(1, "-d DEVICE shows that device only")
-def test_device_flag(build, rdma):
-    res = _devinfo(build, "--device", rdma.device)
-    expect([m.group(1) for m in DEVICE_RE.finditer(res.stdout)], [rdma.device],
-           f"'device' lines of '{_reproduce(build, '--device', rdma.device)}'")
+def test_device_flag(build, rdma, spy_lib):
+    guid = secrets.randbits(64) | (1 << 63)
+    res, spy, how = _spied(build, spy_lib, "--device", rdma.device,
+                           node_guid=f"{guid:016x}")
+    expect([(m.group(1), m.group(2)) for m in DEVICE_RE.finditer(res.stdout)],
+           [(rdma.device, _guid_str(guid))],
+           f"(name, node_guid) of the 'device' lines of '{how}'")
 
 
 @points(2, "unknown device: message listing the devices, exit 1")
-def test_unknown_device(build, rdma):
-    res = build.run(PROG, "-d", NO_SUCH).fails(1, f"{PROG} -d {NO_SUCH}")
-    expect_match(res.stderr, rf"{NO_SUCH}.*not found.*\b{re.escape(rdma.device)}\b",
-                 f"stderr of '{_reproduce(build, '-d', NO_SUCH)}' should say "
-                 f"'{NO_SUCH}' was not found and list the devices that exist")
+def test_unknown_device(build, rdma, spy_lib):
+    # The names listed must be the library's: ibv_get_device_name()
+    # answers with a suffix of the grader's.
+    suffix = "-" + secrets.token_hex(3)
+    spy = Spy(spy_lib, device_suffix=suffix)
+    how = f"{spy.describe()} {_reproduce(build, '-d', NO_SUCH)}"
+    res = build.run(PROG, "-d", NO_SUCH, env=spy.env).fails(1, how)
+    name = re.escape(rdma.device + suffix)
+    expect_match(res.stderr, rf"{NO_SUCH}.*not found.*(?<![\w-]){name}\b",
+                 f"stderr of '{how}' should say '{NO_SUCH}' was not found "
+                 f"and list the devices by the names ibv_get_device_name() "
+                 f"gives ({rdma.device}{suffix} here)")
     if DEVICE_RE.search(res.stdout):
         raise GradeFailure(f"'{_reproduce(build, '-d', NO_SUCH)}' printed "
                            f"'device' lines:\n{res.stdout}")
@@ -186,8 +247,8 @@ def test_usage(build):
                      f"usage line")
 
 
-@points(3, "nothing leaked: device list freed, devices closed (LeakSanitizer)")
-def test_no_leaks(build, rdma):
+@points(3, "nothing leaked: device list freed, devices closed (LeakSanitizer, interposer)")
+def test_no_leaks(build, rdma, spy_lib):
     wrap, env, how = leak_checker()
     res = build.run(PROG, wrap=wrap, env=env, timeout=120)
     cmd = f"{how} {build.path(PROG)}"
@@ -200,3 +261,14 @@ def test_no_leaks(build, rdma):
     if not DEVICE_RE.search(res.stdout):
         raise GradeFailure(f"{PROG} printed no 'device' line under the leak "
                            f"checker\n" + res.describe())
+    # What was released, counted by the interposer (a run of its own:
+    # the leak checker reports what it finds alone).
+    _, spy, cmd = _spied(build, spy_lib)
+    counts = {k: len(spy.calls(k)) for k in
+              ("get_device_list", "free_device_list", "open_device",
+               "close_device")}
+    expect(counts, {"get_device_list": 1, "free_device_list": 1,
+                    "open_device": counts["open_device"] or 1,
+                    "close_device": counts["open_device"] or 1},
+           f"verbs calls of '{cmd}' (the interposer's count): the list "
+           f"got once and freed once, every device opened closed")

@@ -6,14 +6,25 @@ The keys reg_mr prints are compared with the kernel's own record of the MR
 refusals come from the kernel: REMOTE_WRITE without LOCAL_WRITE (EINVAL), and
 a region larger than RLIMIT_MEMLOCK for a process without CAP_IPC_LOCK
 (ENOMEM), which is why that test drops root's privileges first.
+
+Every value test runs with the grader's interposer preloaded
+(grader/evidence/interpose/verbs_spy.c): the MR line must be the
+registration the program really made (the interposer's record of its
+address, length, keys and access), a refusal must be the kernel's (the
+ibv_reg_mr() call was made and failed with that errno), and reg_cost's CSV
+must describe registrations it made, -n per size, with times that are
+theirs (within the same bounds as test_02_memory_regions_spy.py's).
 """
 
 import functools
 import json
 import shutil
 
+import pytest
+
 from grader import GradeFailure, expect, expect_match, points
 from grader.core.harness import leak_checker
+from grader.evidence.interpose import Spy, build_interposer, parse_int
 
 MR_RE = (r"^mr addr 0x([0-9a-f]+) length (\d+) lkey 0x([0-9a-f]{8}) "
          r"rkey 0x([0-9a-f]{8}) access (\S+)$")
@@ -27,18 +38,48 @@ def _mr_line(build, res, *args):
                         f"stdout of '{build.command('reg_mr', *args)}'")
 
 
-@points(2, "reg_mr registers: length and access as asked")
-def test_reg_mr(build, rdma):
-    args = ("-s", "8192")
-    res = build.run("reg_mr", *args).ok(build.command("reg_mr", *args))
-    m = _mr_line(build, res, *args)
-    expect(int(m.group(2)), 8192, "length of the MR")
-    expect(m.group(5), "local_write", "access (the default)")
-    args = ("-s", "4096", "--access", "remote_read,local_write,remote_write")
-    res = build.run("reg_mr", *args).ok(build.command("reg_mr", *args))
-    m = _mr_line(build, res, *args)
-    expect(m.group(5), "local_write,remote_write,remote_read",
-           f"access printed by '{build.command('reg_mr', *args)}'")
+@pytest.fixture(scope="module")
+def spy_lib(build):
+    return build_interposer(build.course)
+
+
+def _spied(build, spy_lib, prog, *args, wrap=(), env=None):
+    """Run @prog under the interposer: (Result, Spy, how to reproduce)."""
+    spy = Spy(spy_lib)
+    env = dict(env or {})
+    env.update(spy.env, LD_PRELOAD=" ".join(
+        x for x in (env.get("LD_PRELOAD"), str(spy_lib)) if x))
+    how = " ".join([*wrap, spy.describe(), build.command(prog, *args)])
+    return build.run(prog, *args, wrap=wrap, env=env, timeout=120), spy, how
+
+
+def _registered(spy, how, ok=True):
+    regs = [c for _, c in spy.calls("reg_mr") if (c["ok"] == "1") == ok]
+    if not regs:
+        raise GradeFailure(f"{how}\nthe interposer saw no "
+                           f"{'successful ' if ok else 'refused '}"
+                           f"ibv_reg_mr() call")
+    return regs[-1]
+
+
+@points(2, "reg_mr registers: length and access as asked (interposer)")
+def test_reg_mr(build, rdma, spy_lib):
+    for args, access in ((("-s", "8192"), "local_write"),
+                         (("-s", "4096", "--access",
+                           "remote_read,local_write,remote_write"),
+                          "local_write,remote_write,remote_read")):
+        res, spy, how = _spied(build, spy_lib, "reg_mr", *args)
+        res.ok(how)
+        m = _mr_line(build, res, *args)
+        expect(m.group(5), access, f"access printed by '{how}'")
+        reg = _registered(spy, how)
+        expect((int(m.group(1), 16), int(m.group(2)), int(m.group(3), 16),
+                int(m.group(4), 16)),
+               (parse_int(reg["addr"]), int(reg["len"]),
+                parse_int(reg["lkey"]), parse_int(reg["rkey"])),
+               f"(addr, length, lkey, rkey) printed by '{how}' vs the "
+               f"ibv_reg_mr() call the interposer saw")
+        expect(int(m.group(2)), int(args[1]), "length of the MR vs -s")
 
 
 @points(3, "lkey, rkey and length are the kernel's (rdma resource show mr)")
@@ -70,10 +111,14 @@ def test_keys_are_real(build, rdma):
 
 
 @points(3, "REMOTE_WRITE without LOCAL_WRITE is refused (EINVAL), explained")
-def test_remote_write_needs_local_write(build, rdma):
+def test_remote_write_needs_local_write(build, rdma, spy_lib):
     for access in ("remote_write", "remote_read,remote_atomic"):
         args = ("--access", access)
-        res = build.run("reg_mr", *args).fails(1, build.command("reg_mr", *args))
+        res, spy, how = _spied(build, spy_lib, "reg_mr", *args)
+        res.fails(1, how)
+        expect(int(_registered(spy, how, ok=False)["errno"]), 22,
+               f"errno of the ibv_reg_mr() call of '{how}' (the kernel's "
+               f"refusal, as the interposer saw it: EINVAL)")
         expect_match(res.stderr,
                      rf"^ibv_reg_mr\(4096 bytes, access {access}\) "
                      r"failed: Invalid argument \(EINVAL\): .*local_write",
@@ -93,7 +138,7 @@ def _limited(build, limit_kib):
 
 
 @points(3, "beyond the memlock limit: refused (ENOMEM), names ulimit -l")
-def test_memlock_limit(build, rdma):
+def test_memlock_limit(build, rdma, spy_lib):
     wrap = _limited(build, 64)
     small = ("-s", "16K")
     small_cmd = " ".join([*wrap, build.command("reg_mr", *small)])
@@ -101,9 +146,12 @@ def test_memlock_limit(build, rdma):
     res.ok(f"under a 64 KiB memlock limit, 16 KiB must still register: "
            f"{small_cmd}")
     big = ("-s", "1M")
-    big_cmd = " ".join([*wrap, build.command("reg_mr", *big)])
-    res = build.run("reg_mr", *big, wrap=wrap)
+    res, spy, big_cmd = _spied(build, spy_lib, "reg_mr", *big, wrap=wrap)
     res.fails(1, big_cmd)
+    refused = _registered(spy, big_cmd, ok=False)
+    expect((int(refused["len"]), int(refused["errno"])), (1 << 20, 12),
+           f"(length, errno) of the ibv_reg_mr() call of '{big_cmd}' (the "
+           f"kernel's refusal, as the interposer saw it: ENOMEM)")
     expect_match(res.stderr,
                  r"^ibv_reg_mr\(1048576 bytes, access local_write\) "
                  r"failed: Cannot allocate memory \(ENOMEM\): .*ulimit -l",
@@ -111,12 +159,13 @@ def test_memlock_limit(build, rdma):
                  f"'ulimit -l')")
 
 
-@points(2, "reg_mr releases the MR and the PD (LeakSanitizer)")
-def test_reg_mr_releases(build, rdma):
+@points(2, "reg_mr releases the MR and the PD (LeakSanitizer, interposer)")
+def test_reg_mr_releases(build, rdma, spy_lib):
     wrap, env, how = leak_checker()
     args = ("-s", "64K")
-    res = build.run("reg_mr", *args, wrap=wrap, env=env, timeout=120)
-    cmd = f"{how} {build.command('reg_mr', *args)}"
+    res, spy, cmd = _spied(build, spy_lib, "reg_mr", *args, wrap=wrap,
+                           env=env)
+    cmd = f"{how} {cmd}"
     if res.returncode == 23:
         raise GradeFailure("memory leaked: every ibv_reg_mr() needs an "
                            "ibv_dereg_mr(), every ibv_alloc_pd() an "
@@ -124,16 +173,43 @@ def test_reg_mr_releases(build, rdma):
                            + res.describe(lines=30))
     res.ok(cmd)
     _mr_line(build, res, *args)
+    lkey = _registered(spy, cmd)["lkey"]
+    if not [c for _, c in spy.calls("dereg_mr")
+            if c["lkey"] == lkey and c["rc"] == "0"]:
+        raise GradeFailure(f"{cmd}\nthe interposer saw no successful "
+                           f"ibv_dereg_mr() of the MR it registered "
+                           f"(lkey {lkey})")
+
+
+FACTOR, SLACK_US = 3.0, 40.0      # as test_02_memory_regions_spy.py
 
 
 @functools.lru_cache(maxsize=None)
-def _reg_cost(build):
-    return build.run("reg_cost", *COST_ARGS, timeout=120)
+def _reg_cost(build, spy_lib):
+    res, spy, how = _spied(build, spy_lib, "reg_cost", *COST_ARGS)
+    return res, spy, how
 
 
-def _rows(build):
-    cmd = build.command("reg_cost", *COST_ARGS)
-    res = _reg_cost(build).ok(cmd)
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1]
+                                                 + xs[len(xs) // 2]) / 2
+
+
+def _real_times(build, spy_lib):
+    """{(kind, size): [microseconds]} of the registrations reg_cost made,
+    as the interposer timed them."""
+    seen = {}
+    for kind, c in _reg_cost(build, spy_lib)[1].calls():
+        if kind in ("reg_mr", "dereg_mr"):
+            seen.setdefault((kind, int(c["len"])), []).append(
+                int(c["ns"]) / 1000)
+    return seen
+
+
+def _rows(build, spy_lib):
+    res, spy, cmd = _reg_cost(build, spy_lib)
+    res.ok(cmd)
     lines = [x.strip() for x in res.stdout.strip().splitlines()]
     expect(lines[0] if lines else "(no output)", COST_HEADER,
            f"CSV header printed by '{cmd}'")
@@ -147,12 +223,21 @@ def _rows(build):
         except ValueError:
             raise GradeFailure(f"'{cmd}': a CSV row is not "
                                f"'size_bytes,reg_us,dereg_us': {line!r}")
+    # Each row describes registrations of its size the program made.
+    seen, n = _real_times(build, spy_lib), int(COST_ARGS[-1])
+    missing = [f"size {r[0]}: {len(seen.get((k, r[0]), []))} ibv_{k}()"
+               for r in rows for k in ("reg_mr", "dereg_mr")
+               if len(seen.get((k, r[0]), [])) < n]
+    if missing:
+        raise GradeFailure(f"'{cmd}': each row must describe -n {n} "
+                           f"registrations and deregistrations of its size; "
+                           f"the interposer saw:\n  " + "\n  ".join(missing))
     return rows, cmd
 
 
-@points(2, "reg_cost writes the CSV: every size 4 KiB .. --max-size")
-def test_reg_cost_csv(build, rdma):
-    rows, cmd = _rows(build)
+@points(2, "reg_cost writes the CSV: every size 4 KiB .. --max-size, registered")
+def test_reg_cost_csv(build, rdma, spy_lib):
+    rows, cmd = _rows(build, spy_lib)
     sizes = [4096 << i for i in range(14)]          # 4 KiB .. 32 MiB
     expect([r[0] for r in rows], sizes, f"size_bytes column of '{cmd}'")
     bad = [r for r in rows if not (r[1] > 0 and r[2] > 0)]
@@ -161,9 +246,22 @@ def test_reg_cost_csv(build, rdma):
                            f"got rows {bad}")
 
 
-@points(2, "registration cost grows with size")
-def test_reg_cost_grows(build, rdma):
-    rows, cmd = _rows(build)
+@points(2, "registration cost grows with size (as measured)")
+def test_reg_cost_grows(build, rdma, spy_lib):
+    rows, cmd = _rows(build, spy_lib)
+    # The growth printed must be the registrations': each reg_us within
+    # the bounds of the interposer's median for its size.
+    seen = _real_times(build, spy_lib)
+    off = [f"size {size}: printed {reg:.1f}, the real calls "
+           f"{_median(seen[('reg_mr', size)]):.1f} us"
+           for size, reg, _ in rows
+           if not (_median(seen[("reg_mr", size)]) / FACTOR - SLACK_US
+                   <= reg <= _median(seen[("reg_mr", size)]) * FACTOR
+                   + SLACK_US)]
+    if off:
+        raise GradeFailure(f"'{cmd}': the times printed are not the "
+                           f"registrations' (the interposer timed each real "
+                           f"ibv_reg_mr()):\n  " + "\n  ".join(off))
     if len(rows) < 4:
         raise GradeFailure(f"'{cmd}' printed {len(rows)} rows; need 4 or more")
     small = sum(r[1] for r in rows[:2]) / 2

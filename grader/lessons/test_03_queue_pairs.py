@@ -3,17 +3,52 @@
 The states checked are the ones qp_states reads back with ibv_query_qp(); the
 SEND must carry a message chosen here at random and move packets through the
 rxe device (its hw counters), and skipping a state must be refused.
+
+Each runs with the grader's interposer preloaded
+(grader/evidence/interpose/verbs_spy.c): the states printed must be, line
+by line, what ibv_query_qp() returned; the SEND must be one the program
+posted on A and whose RECV completed on B, with the message's length; the
+refusal of RESET -> RTR must be the kernel's answer to the program's
+ibv_modify_qp().
 """
 
 import random
 import re
 import string
 
+import pytest
+
 from grader import GradeFailure, expect, expect_line, expect_match, points
+from grader.evidence.interpose import Spy, build_interposer
 
 PROG = "qp_states"
 NO_SUCH = "nosuchdev0"
 STATE_RE = re.compile(r"^([AB]) qpn 0x([0-9a-f]{6}) state (\S+)$", re.M)
+STATES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE",
+          6: "ERR"}
+EINVAL = 22
+
+
+@pytest.fixture(scope="module")
+def spy_lib(build):
+    return build_interposer(build.course)
+
+
+def _spied(build, spy_lib, *args):
+    spy = Spy(spy_lib)
+    how = f"{spy.describe()} {build.command(PROG, *args)}"
+    return build.run(PROG, *args, env=spy.env), spy, how
+
+
+def _queried(res, spy, how):
+    """The printed (qpn, state) lines must be the ibv_query_qp() answers."""
+    printed = [(int(q, 16), st) for _, q, st in STATE_RE.findall(res.stdout)]
+    queried = [(int(c["qpn"]), STATES.get(int(c["state"]), c["state"]))
+               for _, c in spy.calls("query_qp")]
+    expect(printed, queried[:len(printed)] if len(queried) >= len(printed)
+           else queried, f"(qpn, state) printed, line by line, vs what "
+           f"ibv_query_qp() returned to the program, call by call "
+           f"(reproduce: {how})")
 
 
 def _states(text):
@@ -25,14 +60,14 @@ def _states(text):
     return seq, qpns
 
 
-@points(4, "each QP goes RESET -> INIT -> RTR -> RTS (ibv_query_qp)")
-def test_state_sequence(build, rdma):
+@points(4, "each QP goes RESET -> INIT -> RTR -> RTS (ibv_query_qp, interposer)")
+def test_state_sequence(build, rdma, spy_lib):
     # The states are printed before the SEND: they are graded even when
     # the SEND fails afterwards (test_send grades that), not after a crash.
     args = ("-t", "3")
-    res = build.run(PROG, *args)
+    res, spy, how = _spied(build, spy_lib, *args)
     if res.signal or res.timed_out:
-        res.ok(build.command(PROG, *args))
+        res.ok(how)
     seq, qpns = _states(res.stdout)
     for qp in "AB":
         if seq[qp] != ["RESET", "INIT", "RTR", "RTS"]:
@@ -45,15 +80,29 @@ def test_state_sequence(build, rdma):
     if qpns["A"] == qpns["B"]:
         raise GradeFailure(f"A and B print the same qpn {qpns['A']}: they are "
                            f"two different queue pairs")
+    _queried(res, spy, how)
 
 
-@points(4, "a SEND moves through the connected QPs (content, rxe counters)")
-def test_send(build, rdma):
+@points(4, "a SEND moves through the connected QPs (completions, rxe counters)")
+def test_send(build, rdma, spy_lib):
     msg = "rts-" + "".join(random.choices(string.ascii_lowercase
                                           + string.digits, k=12))
     before = rdma.counters()
-    res = build.run(PROG, "--msg", msg).ok(build.command(PROG, "--msg", msg))
+    res, spy, how = _spied(build, spy_lib, "--msg", msg)
+    res.ok(how)
     delta = rdma.counters() - before
+    qps = [int(c["qpn"]) for _, c in spy.calls("create_qp")]
+    sends = [c for _, c in spy.calls("post_send")
+             if int(c["opcode"]) == 2 and int(c["len"]) == len(msg)
+             and c["rc"] == "0"]
+    recvs = [c for _, c in spy.calls("poll_cq") if int(c["opcode"]) == 128
+             and c["status"] == "0" and int(c["len"]) == len(msg)]
+    if len(qps) != 2 or not sends or int(sends[0]["qpn"]) != qps[0] or \
+            not recvs or int(recvs[0]["qpn"]) != qps[1]:
+        raise GradeFailure(
+            f"{how}\nthe interposer must see a SEND of {len(msg)} bytes "
+            f"posted on A's QP and its RECV completed on B's; it saw QPs "
+            f"{qps}, SENDs {sends}, RECV completions {recvs}")
     expect_line(res.stdout, f"A sent {len(msg)} bytes",
                 f"stdout of '{build.command(PROG, '--msg', msg)}'")
     expect_line(res.stdout, f"B received {len(msg)} bytes: {msg}",
@@ -66,8 +115,15 @@ def test_send(build, rdma):
 
 
 @points(3, "--skip-state: RESET -> RTR is refused with EINVAL, QP stays RESET")
-def test_skip_state(build, rdma):
-    res = build.run(PROG, "--skip-state").ok(build.command(PROG, "--skip-state"))
+def test_skip_state(build, rdma, spy_lib):
+    res, spy, how = _spied(build, spy_lib, "--skip-state")
+    res.ok(how)
+    tries = [c for _, c in spy.calls("modify_qp") if int(c["state"]) == 2]
+    if not tries or int(tries[0]["rc"]) != EINVAL:
+        raise GradeFailure(f"{how}\nthe interposer must see the program "
+                           f"ask for RTR (ibv_modify_qp) and the kernel "
+                           f"refuse it with EINVAL; it saw {tries}")
+    _queried(res, spy, how)
     expect_line(res.stdout, "A RESET -> RTR refused: Invalid argument (EINVAL)",
                 f"stdout of '{build.command(PROG, '--skip-state')}'")
     seq, _ = _states(res.stdout)

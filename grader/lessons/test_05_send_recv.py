@@ -31,6 +31,7 @@ whatever the MTU.
 """
 
 import math
+import re
 import time
 
 import pytest
@@ -152,3 +153,51 @@ def test_no_client(build, rdma):
 @points(1, "bad GID index: named, exit 1")
 def test_bad_gid(build, rdma):
     pairs.bad_gid(build, PROG)
+
+
+# ---- rc.c as the later lessons use it ------------------------------------------
+
+RC_CHECK_RE = re.compile(
+    r"^(?P<name>[AB]) qpn 0x(?P<qpn>[0-9a-f]+) state (?P<state>\S+) "
+    r"access 0x(?P<access>[0-9a-f]+) max_rd_atomic (?P<max_rd_atomic>\d+) "
+    r"max_dest_rd_atomic (?P<max_dest_rd_atomic>\d+) "
+    r"rnr_retry (?P<rnr_retry>\d+) timeout (?P<timeout>\d+) "
+    r"retry_cnt (?P<retry_cnt>\d+) min_rnr_timer (?P<min_rnr_timer>\d+) "
+    r"path_mtu (?P<path_mtu>\d+) dest_qpn 0x(?P<dest_qpn>[0-9a-f]+) "
+    r"sq_psn 0x(?P<sq_psn>[0-9a-f]+) rq_psn 0x(?P<rq_psn>[0-9a-f]+)$", re.M)
+
+# What lessons/05-send-recv/rc_check.c asks of rc.c for A and B (its
+# rc_params), and lesson 05's values (course.h) for everything else.
+# IBV_ACCESS_REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC = 0xe; IBV_MTU_1024 = 3.
+RC_WANT = {
+    "A": {"access": 0xe, "max_rd_atomic": 4, "max_dest_rd_atomic": 4,
+          "rnr_retry": 2},
+    "B": {"access": 0, "max_rd_atomic": 1, "max_dest_rd_atomic": 1,
+          "rnr_retry": 3},
+}
+RC_COMMON = {"timeout": 14, "retry_cnt": 6, "min_rnr_timer": 12,
+             "path_mtu": 3}
+
+
+@points(3, "rc.c gives a later lesson the QP its rc_params ask for (ibv_query_qp)")
+def test_rc_params(build, rdma):
+    res = build.run("rc_check").ok(build.command("rc_check"))
+    got = {m.group("name"): m for m in RC_CHECK_RE.finditer(res.stdout)}
+    expect(sorted(got), ["A", "B"], f"'A ...'/'B ...' lines of "
+           f"'{build.command('rc_check')}' (lessons/05-send-recv/rc_check.c "
+           f"reads each QP back with ibv_query_qp())")
+    for name, other in (("A", "B"), ("B", "A")):
+        m, o = got[name], got[other]
+        expect(m.group("state"), "RTS", f"QP {name}'s state after "
+               f"rc_connect_pair()")
+        want = {**RC_WANT[name], **RC_COMMON}
+        have = {k: int(m.group(k), 16 if k == "access" else 10)
+                for k in want}
+        expect(have, want, f"QP {name} as the device reports it, vs its "
+               f"rc_params (rc_check.c) and lesson 05's values (course.h); "
+               f"rc_open() and rtr_rts() must use rc->params where TODOs "
+               f"1, 3 and 4 say so")
+        expect(int(m.group("dest_qpn"), 16), int(o.group("qpn"), 16),
+               f"QP {name}'s dest_qp_num vs QP {other}'s number")
+        expect(int(m.group("rq_psn"), 16), int(o.group("sq_psn"), 16),
+               f"QP {name}'s rq_psn vs QP {other}'s sq_psn")

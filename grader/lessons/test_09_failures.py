@@ -2,37 +2,45 @@
 
 `failures EXPERIMENT` breaks one thing in a working pair of RC QPs and prints
 one line saying what it observed. Each experiment is run once (the `lab`
-fixture, when a test first needs it), under LeakSanitizer and with --hold,
-which makes the program stop itself after its line: while it is stopped
-the grader asks the kernel for the program's QPs and MRs (`rdma -j
-resource show qp|mr`), then lets it finish and reads the rxe hw counters'
-deltas.
+fixture, when a test first needs it), under LeakSanitizer, with the
+grader's interposer preloaded (grader/evidence/interpose/verbs_spy.c) and
+with --hold, which makes the program stop itself after its line: while it
+is stopped the grader asks the kernel for the program's QPs and MRs (`rdma
+-j resource show qp|mr`) and its memlock limit (/proc/PID/limits), then
+lets it finish and reads the rxe hw counters' deltas.
 
-What each line must say is what rxe really does (measured in the micro-VM,
-Debian 6.1 kernel; solutions/09-failures/ANSWERS.md, the answer key,
-explains each). The grader keeps that key only as hashes (KEY), so that reading this
-file does not answer the predictions. The evidence is gathered afresh at
-every grading, not taken from the line:
+The line is a claim. Each experiment's test proves two things from
+evidence the grader gathers itself, and needs no answer key:
 
-  - a completion error on side X: the kernel must show X's QP in ERR (an
-    error completion moves its QP to the error state); no completion error
-    reported: no QP of the program is in ERR;
-  - an IBV_WC_* name and number: the grader reads enum ibv_wc_status from
-    <infiniband/verbs.h> and calls ibv_wc_status_str() itself;
-  - rnr-retry-N: B's responder sent N + 1 RNR NAKs (send_rnr_err) and the
-    requester gave up once (retry_rnr_exceeded_err);
-  - a refused post: nothing left the device (sent_pkts +0);
-  - unaligned's success: B's receive completed (rdma_recvs +1);
-  - memlock: the kernel holds no 1 MiB MR of the program;
-  - munmap-remap: the READ crossed the device (request and response).
+  - the experiment broke what it says it breaks: the interposer saw the
+    call that breaks it (the deregistration before the SEND that uses the
+    lkey, the sge past the MR's end, the flipped rkey, the MR without
+    REMOTE_WRITE, the WRITE longer than B's MR, the SEND with no receive
+    posted on B, the post on the unconnected QP, the two sges, the four
+    unpolled WRITEs, the odd address, the lowered limit, the page unmapped
+    and mapped anew under the MR);
+  - the line is what the device answered, not what the program believes:
+    a completion's status is one ibv_poll_cq() returned on that side, a
+    refused call's errno is what the call returned, an async event is one
+    ibv_get_async_event() returned, "succeeded" needs the successful
+    completions, and the peer's read is compared, by checksums the
+    interposer took, with the page before it was unmapped and after;
+  - and the kernel and the counters agree: a completion error on side X:
+    X's QP in ERR; none: no QP in ERR; rnr-retry-N: B's responder sent
+    N + 1 RNR NAKs; a refused post sent nothing; and so on.
 
-The predictions (`failures --predictions`, predictions.c) are scored
-against the same key, apart from the experiments.
+The predictions (predictions.c, TODO 1) are claims too, about what rxe will
+do. They are graded against the answer key, solutions/09-failures/
+ANSWERS.md, which only the instructor's checkout and the Gradescope
+autograder have: in the students' repository their form is checked and
+they are recorded as graded on submission. With a pre-lab deadline
+(make grade-class PRELAB=09=TIME) the predictions graded are the ones of
+the last commit before it (build/.../09-failures/prelab/).
 """
 
 import ctypes
 import ctypes.util
-import hashlib
+import errno as errno_mod
 import json
 import os
 import re
@@ -42,8 +50,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import GradeFailure, expect, points
+from grader import GradeFailure, GradedOnSubmission, expect, points
 from grader.core.harness import leak_checker, run
+from grader.evidence.interpose import Spy, build_interposer, parse_int
 
 PROG = "failures"
 T = "5"                     # --timeout: an experiment's waits
@@ -53,28 +62,10 @@ EXPERIMENTS = ["dereg-mr", "sge-past-mr", "wrong-rkey", "no-remote-write",
                "post-before-rts", "num-sge", "cq-overrun", "unaligned",
                "memlock", "munmap-remap"]
 
-
-def _digest(exp, outcome):
-    return hashlib.sha256(f"rdma-course 09 {exp}: {outcome}".encode()
-                          ).hexdigest()[:20]
-
-
-# sha256("rdma-course 09 EXP: OUTCOME")[:20] of the outcome rxe gives.
-KEY = {
-    "dereg-mr": "71e97ff1283a2c9d624c",
-    "sge-past-mr": "3abf51182f75210a3722",
-    "wrong-rkey": "e5748a92d09f4fa5c359",
-    "no-remote-write": "757dc6661ee9706e7705",
-    "write-past-end": "85e4651680b3a8bf9579",
-    "rnr-retry-0": "a89058dac8114b372dcd",
-    "rnr-retry-2": "a9f5e8129fd4e29ab618",
-    "post-before-rts": "00476e14949423bd5a01",
-    "num-sge": "646a25d7e6e0f4aa6882",
-    "cq-overrun": "e55032f7f1be4dbcd001",
-    "unaligned": "d84fad7d60003c3886ba",
-    "memlock": "4ff10bc441ef5669e42f",
-    "munmap-remap": "24756563e7fea50e52f1",
-}
+A_SIZE, B_SIZE, MSG = 8192, 4096, 64     # failures.c
+WR_WRITE, WR_SEND, WR_READ = 0, 2, 4     # enum ibv_wr_opcode
+LOCAL_WRITE = 1                          # IBV_ACCESS_LOCAL_WRITE
+MEMLOCK_LIMIT = 64 << 10                 # TODO 13's limit
 
 # The experiments whose test looks at the kernel's MRs too.
 MR_EVIDENCE = {"dereg-mr", "memlock"}
@@ -84,16 +75,22 @@ LINE_RE = re.compile(r"^(?P<exp>[a-z0-9-]+): (?P<outcome>[^(\n]*?)"
 WC_RE = re.compile(r"^completion on (?P<side>[AB]): (?P<name>\S+)$")
 WC_DETAIL_RE = re.compile(r"^(?P<words>.*), status (?P<num>\d+), "
                           r"vendor_err 0x[0-9a-f]+$")
+CALL_RE = re.compile(r"^(?P<call>ibv_\w+) failed: (?P<err>E[A-Z0-9]+)$")
+EVENT_RE = re.compile(r"^async event: (?P<name>IBV_EVENT_[A-Z_]+)$")
+READ_RE = re.compile(r"^peer read: (?P<what>old|new|other) contents$")
+NO_WC_RE = re.compile(r"^no completion on (?P<side>[AB]) within \d+ s$")
 
 
 class LabRun:
     """One experiment's run: its Result, the outcome and detail of its
-    line (or None), the kernel's QPs and MRs of its pid while it was held
-    (None when it never stopped), the counter deltas."""
+    line (or None), the kernel's QPs and MRs of its pid and its memlock
+    limit while it was held (None when it never stopped), the counter
+    deltas and the interposer's record."""
 
-    def __init__(self, exp, res, qps, mrs, delta, cmd):
-        self.exp, self.res, self.qps, self.mrs = exp, res, qps, mrs
-        self.delta, self.cmd = delta, cmd
+    def __init__(self, exp, res, held, delta, calls, cmd):
+        self.exp, self.res, self.delta, self.calls = exp, res, delta, calls
+        self.cmd = cmd
+        self.qps, self.mrs, self.memlock = held or (None, None, None)
         self.outcome = self.detail = None
         for m in LINE_RE.finditer(res.stdout):
             if m.group("exp") == exp:
@@ -102,9 +99,31 @@ class LabRun:
                 break
 
     def states(self):
-        """(A's state, B's state): A is the QP created first (lower QPN)."""
-        return tuple(q["state"] for q in sorted(self.qps,
-                                                key=lambda q: q["lqpn"]))
+        """(A's state, B's state): A is the QP created first."""
+        by_qpn = {q["lqpn"]: q["state"] for q in self.qps or []}
+        return tuple(by_qpn.get(q, "?") for q in self.qpns())
+
+    def qpns(self):
+        """[A's QPN, B's QPN], from the interposer's create_qp records."""
+        return [int(c["qpn"]) for _, c in self.of("create_qp")][:2]
+
+    def side(self, name):
+        qpns = self.qpns()
+        return qpns["AB".index(name)] if len(qpns) == 2 else None
+
+    def of(self, kind):
+        return [(i, c) for i, (k, c) in enumerate(self.calls) if k == kind]
+
+    def posts(self, side, opcode=None):
+        """[(index, record)] of ibv_post_send() calls on @side's QP."""
+        q = self.side(side)
+        return [(i, c) for i, c in self.of("post_send")
+                if int(c["qpn"]) == q and (opcode is None
+                                           or int(c["opcode"]) == opcode)]
+
+    def mrs_of(self, length, ok=True):
+        return [(i, c) for i, c in self.of("reg_mr")
+                if int(c["len"]) == length and (c["ok"] == "1") == ok]
 
 
 def _stopped(pid):
@@ -125,24 +144,39 @@ def _kernel(kind, pid):
                            f"JSON:\n{res.describe()}")
 
 
-def _run_one(build, rdma, exp, wrap, env, how):
+def _memlock_soft(pid):
+    """The soft RLIMIT_MEMLOCK of @pid, in bytes (None: unlimited)."""
+    try:
+        text = Path(f"/proc/{pid}/limits").read_text()
+    except OSError:
+        return "?"
+    m = re.search(r"^Max locked memory\s+(\S+)", text, re.M)
+    return None if not m or m.group(1) == "unlimited" else int(m.group(1))
+
+
+def _run_one(build, rdma, exp, wrap, env, spy_lib):
+    spy = Spy(spy_lib)
+    preload = " ".join(x for x in (env.get("LD_PRELOAD"), str(spy_lib)) if x)
+    env = {**env, **spy.env, "LD_PRELOAD": preload}
     args = ("--hold", "-t", T, exp)
-    cmd = f"{how} {build.command(PROG, '-t', T, exp)}"
+    cmd = " ".join(f"{k}={v}" for k, v in env.items()) + " " + \
+        build.command(PROG, "-t", T, exp)
     before = rdma.counters()
-    qps = mrs = None
+    held = None
     with build.start(PROG, *args, ready=None, env=env, wrap=wrap,
                      timeout=40) as proc:
         pid = proc.proc.pid
         deadline = time.monotonic() + 30
         while proc.proc.poll() is None and time.monotonic() < deadline:
             if _stopped(pid):
-                qps = _kernel("qp", pid)
-                mrs = _kernel("mr", pid) if exp in MR_EVIDENCE else []
+                held = (_kernel("qp", pid),
+                        _kernel("mr", pid) if exp in MR_EVIDENCE else [],
+                        _memlock_soft(pid))
                 os.kill(pid, signal.SIGCONT)
                 break
             time.sleep(0.02)
         res = proc.wait()
-    return LabRun(exp, res, qps, mrs, rdma.counters() - before, cmd)
+    return LabRun(exp, res, held, rdma.counters() - before, spy.calls(), cmd)
 
 
 class Lab(dict):
@@ -152,11 +186,13 @@ class Lab(dict):
     def __init__(self, build, rdma):
         super().__init__()
         self.build, self.rdma = build, rdma
-        self.wrap, self.env, self.how = leak_checker()
+        self.wrap, env, _ = leak_checker()
+        self.env = env or {}
+        self.spy_lib = build_interposer(build.course)
 
     def __missing__(self, exp):
         self[exp] = _run_one(self.build, self.rdma, exp, self.wrap,
-                             self.env, self.how)
+                             self.env, self.spy_lib)
         return self[exp]
 
 
@@ -167,20 +203,24 @@ def lab(build, rdma):
 
 # ---- the header's names, read at grading time --------------------------------
 
-def _wc_status_names():
-    """enum ibv_wc_status from the installed header: [name, ...] by value."""
+def _enum(name):
+    """enum @name from the installed header: [member, ...] by value."""
     text = Path("/usr/include/infiniband/verbs.h").read_text()
-    body = re.search(r"enum ibv_wc_status \{(.*?)\};", text, re.S).group(1)
+    body = re.search(rf"enum {name} \{{(.*?)\}};", text, re.S).group(1)
     names = []
     for item in re.sub(r"/\*.*?\*/", "", body, flags=re.S).split(","):
         item = item.strip()
         if not item:
             continue
-        name, _, value = item.partition("=")
+        member, _, value = item.partition("=")
         if value.strip():
             names += [None] * (int(value.strip(), 0) - len(names))
-        names.append(name.strip())
+        names.append(member.strip())
     return names
+
+
+def _wc_status_names():
+    return _enum("ibv_wc_status")
 
 
 def _wc_status_str(num):
@@ -192,6 +232,11 @@ def _wc_status_str(num):
 
 # ---- checks --------------------------------------------------------------------
 
+def _fail(run_, msg):
+    raise GradeFailure(f"{run_.exp}: {msg}\nreproduce: {run_.cmd}\n"
+                       + run_.res.describe())
+
+
 def _line(run_):
     """The run's outcome, after the checks every experiment shares."""
     r = run_.res
@@ -202,24 +247,90 @@ def _line(run_):
                            f"reproduce: {run_.cmd}\n{r.describe(lines=30)}")
     r.ok(f"{run_.exp} (reproduce: {run_.cmd})")
     if run_.outcome is None:
-        raise GradeFailure(f"{run_.exp}: no line '{run_.exp}: OUTCOME' on "
-                           f"stdout\nreproduce: {run_.cmd}\n{r.describe()}")
+        _fail(run_, f"no line '{run_.exp}: OUTCOME' on stdout")
     if run_.qps is None:
-        raise GradeFailure(f"{run_.exp}: with --hold the program must stop "
-                           f"itself (SIGSTOP) after its line, before it "
-                           f"cleans up; it never did\n{r.describe()}")
+        _fail(run_, "with --hold the program must stop itself (SIGSTOP) "
+              "after its line, before it cleans up; it never did")
+    if len(run_.qpns()) != 2:
+        _fail(run_, f"the lab must open two QPs, A then B (rc_open()); the "
+              f"interposer saw {len(run_.qpns())} created")
     return run_.outcome
 
 
-def _check_key(run_):
-    outcome = _line(run_)
-    if _digest(run_.exp, outcome) != KEY[run_.exp]:
-        raise GradeFailure(
-            f"{run_.exp}: the program printed\n  {run_.exp}: {outcome}\n"
-            f"which is not what rxe does in this experiment (the answer "
-            f"key, published after the deadline, explains it)\n"
-            f"reproduce: {run_.cmd}\n{run_.res.describe()}")
-    return outcome
+def _check_observed(run_):
+    """The line must be what the device answered this program."""
+    outcome = run_.outcome
+    m = WC_RE.match(outcome)
+    if m:
+        d = WC_DETAIL_RE.match(run_.detail or "")
+        if not d:
+            _fail(run_, f"the completion's details must read '(WORDS, "
+                  f"status N, vendor_err 0xV)', got '({run_.detail})'")
+        q, num = run_.side(m.group("side")), int(d.group("num"))
+        seen = [int(c["status"]) for _, c in run_.of("poll_cq")
+                if int(c["qpn"]) == q]
+        if num not in seen or num == 0:
+            _fail(run_, f"the line reports status {num} on "
+                  f"{m.group('side')}, but ibv_poll_cq() returned the "
+                  f"statuses {seen or 'nothing'} on {m.group('side')}'s QP "
+                  f"(the interposer's record)")
+        return
+    m = CALL_RE.match(outcome)
+    if m:
+        want = getattr(errno_mod, m.group("err"), None)
+        call = m.group("call")
+        if call == "ibv_post_send":
+            got = [int(c["rc"]) for _, c in run_.of("post_send")]
+        elif call == "ibv_post_recv":
+            got = [int(c["rc"]) for _, c in run_.of("post_recv")]
+        elif call == "ibv_reg_mr":
+            got = [int(c["errno"]) for _, c in run_.of("reg_mr")
+                   if c["ok"] == "0"]
+        elif call == "ibv_dereg_mr":
+            got = [int(c["rc"]) for _, c in run_.of("dereg_mr")]
+        else:
+            got = []
+        if want is None or want not in got:
+            _fail(run_, f"the line says {call} failed with {m.group('err')}, "
+                  f"but the interposer saw {call}() return "
+                  f"{[errno_mod.errorcode.get(g, g) for g in got if g] or 'no error'}")
+        return
+    m = EVENT_RE.match(outcome)
+    if m:
+        names = _enum("ibv_event_type")
+        seen = [names[int(c["type"])] if int(c["type"]) < len(names) else "?"
+                for _, c in run_.of("async_event")]
+        if m.group("name") not in seen:
+            _fail(run_, f"the line reports {m.group('name')}, but "
+                  f"ibv_get_async_event() returned {seen or 'no event'}")
+        return
+    m = READ_RE.match(outcome)
+    if m:
+        done = [c for _, c in run_.of("poll_cq")
+                if c.get("sum") and int(c["status"]) == 0]
+        old = [c["sum"] for _, c in run_.of("munmap")]
+        new = [c["sum"] for _, c in run_.of("read_source")]
+        if not done or not old or not new:
+            _fail(run_, "the interposer saw no completed READ of the "
+                  "remapped page (or no munmap of registered memory)")
+        got = done[-1]["sum"]
+        truth = ("old" if got == old[-1] else
+                 "new" if got == new[-1] else "other")
+        expect(m.group("what"), truth, f"{run_.exp}: what B's READ brought, "
+               f"by the interposer's checksums: the page before munmap(), "
+               f"the new page at the READ, the READ's destination after "
+               f"it completed")
+        return
+    if outcome == "succeeded":
+        bad = [c for _, c in run_.of("poll_cq") if int(c["status"])]
+        if bad:
+            _fail(run_, f"'succeeded', but ibv_poll_cq() returned error "
+                  f"completions: {bad}")
+        return
+    if NO_WC_RE.match(outcome):
+        return
+    _fail(run_, f"'{outcome}' is none of the lab's line forms (README, "
+          f"Output)")
 
 
 def _check_states(run_):
@@ -264,13 +375,169 @@ def _delta(run_, name):
     return run_.delta.get(name, 0)
 
 
-def _experiment(lab, exp, evidence=None):
+def _experiment(lab, exp, broke, evidence=None):
+    """@broke(run_): the interposer's proof that the experiment broke what
+    it says; @evidence(run_): the kernel's or the counters'."""
     run_ = lab[exp]
-    _check_key(run_)
+    _line(run_)
+    broke(run_)
+    _check_observed(run_)
     _check_states(run_)
     _check_names(run_)
     if evidence:
         evidence(run_)
+
+
+# ---- what each experiment breaks, as the interposer saw it ---------------------
+
+def _mr(run_, length, what, access=None):
+    """The successful registration of @length bytes (the latest), or fail."""
+    regs = [c for _, c in run_.mrs_of(length)
+            if access is None or parse_int(c["access"]) == access]
+    if not regs:
+        _fail(run_, f"the interposer saw no registration of {what}")
+    return regs[-1]
+
+
+def _sge0(post):
+    addr, length, lkey = post["sge0"].split(":")
+    return int(addr, 16), int(length), int(lkey, 16)
+
+
+def _one_post(run_, side, opcode, what):
+    posts = run_.posts(side, opcode)
+    if not posts:
+        _fail(run_, f"the interposer saw no {what} posted on {side}'s QP")
+    return posts[-1]
+
+
+def _broke_dereg_mr(run_):
+    a_mr = _mr(run_, A_SIZE, "A's buffer")
+    lkey = a_mr["lkey"]
+    dereg = [i for i, c in run_.of("dereg_mr")
+             if c["lkey"] == lkey and c["rc"] == "0"]
+    i, post = _one_post(run_, "A", WR_SEND, "SEND")
+    if not dereg or dereg[0] > i or post.get("sge0", "").split(":")[-1] != \
+            lkey:
+        _fail(run_, f"A's MR (lkey {lkey}) must be deregistered before the "
+              f"SEND that still uses its lkey; the interposer saw the "
+              f"deregistration at call {dereg[0] if dereg else 'never'}, the "
+              f"SEND at call {i} with sge {post.get('sge0')}")
+
+
+def _broke_sge_past_mr(run_):
+    a_mr = _mr(run_, A_SIZE, "A's buffer")
+    start, end = parse_int(a_mr["addr"]), parse_int(a_mr["addr"]) + A_SIZE
+    _, post = _one_post(run_, "A", WR_SEND, "SEND")
+    addr, length, _ = _sge0(post)
+    if not (start <= addr < end < addr + length):
+        _fail(run_, f"the SEND's sge must start inside A's MR "
+              f"[0x{start:x}, 0x{end:x}) and end past it; the interposer "
+              f"saw [0x{addr:x}, 0x{addr + length:x})")
+
+
+def _b_mr(run_, access=None):
+    return _mr(run_, B_SIZE, "B's buffer", access)
+
+
+def _broke_wrong_rkey(run_):
+    b = _b_mr(run_)
+    _, post = _one_post(run_, "A", WR_WRITE, "RDMA WRITE")
+    want = parse_int(b["rkey"]) ^ 1
+    if parse_int(post["rkey"]) != want or post["raddr"] != b["addr"]:
+        _fail(run_, f"the WRITE must go to B's buffer ({b['addr']}) with "
+              f"B's rkey, its lowest bit flipped (0x{want:x}); the "
+              f"interposer saw raddr {post['raddr']}, rkey {post['rkey']}")
+
+
+def _broke_no_remote_write(run_):
+    b = _b_mr(run_, access=LOCAL_WRITE)
+    _, post = _one_post(run_, "A", WR_WRITE, "RDMA WRITE")
+    if post["rkey"] != b["rkey"]:
+        _fail(run_, f"the WRITE must use the rkey of B's buffer registered "
+              f"with LOCAL_WRITE only ({b['rkey']}); it used {post['rkey']}")
+
+
+def _broke_write_past_end(run_):
+    b = _b_mr(run_)
+    _, post = _one_post(run_, "A", WR_WRITE, "RDMA WRITE")
+    if int(post["len"]) != A_SIZE or post["rkey"] != b["rkey"] or \
+            post["raddr"] != b["addr"]:
+        _fail(run_, f"the WRITE must carry {A_SIZE} bytes to B's "
+              f"{B_SIZE}-byte MR (at {b['addr']}, rkey {b['rkey']}); the "
+              f"interposer saw {post['len']} bytes to {post['raddr']} with "
+              f"rkey {post['rkey']}")
+
+
+def _broke_no_recv(run_):
+    _one_post(run_, "A", WR_SEND, "SEND")
+    q = run_.side("B")
+    recvs = [c for _, c in run_.of("post_recv") if int(c["qpn"]) == q]
+    if recvs:
+        _fail(run_, f"B must have no receive posted; the interposer saw "
+              f"{len(recvs)} ibv_post_recv() on B")
+
+
+def _broke_post_before_rts(run_):
+    _, post = _one_post(run_, "A", WR_SEND, "SEND")
+    if post["rc"] == "0":
+        _fail(run_, "the SEND on the unconnected QP was accepted "
+              "(ibv_post_send returned 0)")
+
+
+def _broke_num_sge(run_):
+    _, post = _one_post(run_, "A", WR_SEND, "SEND")
+    if post["num_sge"] != "2":
+        _fail(run_, f"the SEND must carry two sges on a QP made for one; "
+              f"the interposer saw num_sge {post['num_sge']}")
+
+
+def _broke_cq_overrun(run_):
+    writes = run_.posts("A", WR_WRITE)
+    if len(writes) != 4:
+        _fail(run_, f"four signaled WRITEs must be posted on A; the "
+              f"interposer saw {len(writes)}")
+    q = run_.side("A")
+    polled = [i for i, c in run_.of("poll_cq")
+              if int(c["qpn"]) == q and writes[0][0] < i < writes[-1][0]]
+    if polled:
+        _fail(run_, "A's CQ was polled between the WRITEs: the four must "
+              "be posted with none of their completions taken")
+
+
+def _broke_unaligned(run_):
+    regs = [c for _, c in run_.mrs_of(MSG - 1)
+            if parse_int(c["addr"]) % 4096 == 1]
+    if not regs:
+        _fail(run_, f"the interposer saw no registration of {MSG - 1} "
+              f"bytes one byte past a page boundary")
+    _, post = _one_post(run_, "A", WR_SEND, "SEND")
+    if parse_int(post.get("sge0", "0:0:0").split(":")[2]) != \
+            parse_int(regs[-1]["lkey"]):
+        _fail(run_, "the SEND must carry the odd region (its lkey)")
+
+
+def _broke_memlock(run_):
+    if run_.memlock != MEMLOCK_LIMIT:
+        _fail(run_, f"the soft RLIMIT_MEMLOCK must be {MEMLOCK_LIMIT} "
+              f"bytes (64 KiB) while the program is held; /proc/PID/limits "
+              f"says {run_.memlock if run_.memlock is not None else 'unlimited'}")
+    if not [c for _, c in run_.of("reg_mr") if int(c["len"]) >= 1 << 20]:
+        _fail(run_, "the interposer saw no registration of 1 MiB")
+
+
+def _broke_munmap_remap(run_):
+    unmaps = run_.of("munmap")
+    if not unmaps:
+        _fail(run_, "the interposer saw no munmap() of registered memory")
+    addr = unmaps[-1][1]["addr"]
+    remaps = [c for _, c in run_.of("mmap")
+              if c["addr"] == addr and c["ok"] == "1"]
+    reads = [c for _, c in run_.posts("B", WR_READ) if c["raddr"] == addr]
+    if not remaps or not reads:
+        _fail(run_, f"the page at {addr} must be mapped anew there "
+              f"(MAP_FIXED) and READ by B through the MR; the interposer "
+              f"saw {len(remaps)} such mmap() and {len(reads)} such READ")
 
 
 # ---- local errors ----------------------------------------------------------------
@@ -278,18 +545,18 @@ def _experiment(lab, exp, evidence=None):
 @points(2, "dereg-mr: a SEND through a deregistered MR's lkey")
 def test_dereg_mr(lab):
     def evidence(run_):
-        gone = [m for m in run_.mrs if m.get("mrlen") == 8192]
+        gone = [m for m in run_.mrs if m.get("mrlen") == A_SIZE]
         if gone:
             raise GradeFailure(f"{run_.exp}: A's 8192-byte MR must be "
                                f"deregistered before the SEND; the kernel "
                                f"still holds it while the program is "
                                f"held: {gone}")
-    _experiment(lab, "dereg-mr", evidence)
+    _experiment(lab, "dereg-mr", _broke_dereg_mr, evidence)
 
 
 @points(2, "sge-past-mr: a SEND that runs past its MR")
 def test_sge_past_mr(lab):
-    _experiment(lab, "sge-past-mr")
+    _experiment(lab, "sge-past-mr", _broke_sge_past_mr)
 
 
 def _nothing_sent(run_):
@@ -305,12 +572,12 @@ def test_post_before_rts(lab):
         expect(run_.states(), ("INIT", "INIT"),
                f"{run_.exp}: the program's QPs (A, B) per the kernel: the "
                f"lab must not be connected in this experiment")
-    _experiment(lab, "post-before-rts", evidence)
+    _experiment(lab, "post-before-rts", _broke_post_before_rts, evidence)
 
 
 @points(2, "num-sge: more scatter/gather entries than max_send_sge")
 def test_num_sge(lab):
-    _experiment(lab, "num-sge", _nothing_sent)
+    _experiment(lab, "num-sge", _broke_num_sge, _nothing_sent)
 
 
 # ---- remote errors ---------------------------------------------------------------
@@ -324,17 +591,17 @@ def _went_out(run_):
 
 @points(2, "wrong-rkey: a WRITE with an rkey that is not the MR's")
 def test_wrong_rkey(lab):
-    _experiment(lab, "wrong-rkey", _went_out)
+    _experiment(lab, "wrong-rkey", _broke_wrong_rkey, _went_out)
 
 
 @points(2, "no-remote-write: a WRITE into an MR without REMOTE_WRITE")
 def test_no_remote_write(lab):
-    _experiment(lab, "no-remote-write", _went_out)
+    _experiment(lab, "no-remote-write", _broke_no_remote_write, _went_out)
 
 
 @points(2, "write-past-end: a WRITE past the end of the remote MR")
 def test_write_past_end(lab):
-    _experiment(lab, "write-past-end", _went_out)
+    _experiment(lab, "write-past-end", _broke_write_past_end, _went_out)
 
 
 def _rnr(retries):
@@ -351,12 +618,12 @@ def _rnr(retries):
 
 @points(2, "rnr-retry-0: a SEND with no receive posted, rnr_retry 0")
 def test_rnr_retry_0(lab):
-    _experiment(lab, "rnr-retry-0", _rnr(0))
+    _experiment(lab, "rnr-retry-0", _broke_no_recv, _rnr(0))
 
 
 @points(2, "rnr-retry-2: a SEND with no receive posted, rnr_retry 2")
 def test_rnr_retry_2(lab):
-    _experiment(lab, "rnr-retry-2", _rnr(2))
+    _experiment(lab, "rnr-retry-2", _broke_no_recv, _rnr(2))
 
 
 # ---- memory and the CQ -----------------------------------------------------------
@@ -368,7 +635,7 @@ def test_cq_overrun(lab):
             raise GradeFailure(f"{run_.exp}: four WRITEs must cross the "
                                f"device (sent_pkts moved by "
                                f"{_delta(run_, 'sent_pkts')})")
-    _experiment(lab, "cq-overrun", evidence)
+    _experiment(lab, "cq-overrun", _broke_cq_overrun, evidence)
 
 
 @points(2, "unaligned: a region at an odd address and length")
@@ -377,7 +644,7 @@ def test_unaligned(lab):
         expect(_delta(run_, "rdma_recvs"), 1,
                f"{run_.exp}: receives completed on the device "
                f"(hw_counters/rdma_recvs): B must have received A's SEND")
-    _experiment(lab, "unaligned", evidence)
+    _experiment(lab, "unaligned", _broke_unaligned, evidence)
 
 
 @points(2, "memlock: a region larger than RLIMIT_MEMLOCK")
@@ -387,7 +654,7 @@ def test_memlock(lab):
         if big:
             raise GradeFailure(f"{run_.exp}: the kernel holds a 1 MiB MR of "
                                f"the program while it is held: {big}")
-    _experiment(lab, "memlock", evidence)
+    _experiment(lab, "memlock", _broke_memlock, evidence)
 
 
 @points(2, "munmap-remap: what the peer reads under a live MR")
@@ -397,7 +664,7 @@ def test_munmap_remap(lab):
             raise GradeFailure(f"{run_.exp}: B's READ and A's response must "
                                f"cross the device (sent_pkts moved by "
                                f"{_delta(run_, 'sent_pkts')})")
-    _experiment(lab, "munmap-remap", evidence)
+    _experiment(lab, "munmap-remap", _broke_munmap_remap, evidence)
 
 
 # ---- the lab itself ---------------------------------------------------------------
@@ -408,6 +675,9 @@ def test_status_names(lab):
     for exp in EXPERIMENTS:
         run_ = lab[exp]
         if run_.outcome and WC_RE.match(run_.outcome):
+            # The names of the statuses the device returned, not of ones
+            # the program chose to print.
+            _check_observed(run_)
             _check_names(run_)
             seen += 1
     if seen < 4:
@@ -425,30 +695,108 @@ def test_list(build):
         build.run(PROG, *args).fails(2, build.command(PROG, *args))
 
 
-# ---- the predictions, scored apart from the experiments ---------------------------
+# ---- the predictions: graded where the key is ---------------------------------------
+
+KEY_FILE = Path("solutions") / "09-failures" / "ANSWERS.md"
+KEY_ROW = re.compile(r"^\| (?P<exp>[a-z0-9-]+) \| `(?P<outcome>[^`]+)` \|$", re.M)
+ENTRY_RE = re.compile(r'\{\s*"(?P<exp>[^"\\]*)"\s*,\s*"(?P<outcome>(?:[^"\\]|\\.)*)"\s*\}')
+FORMS = [
+    re.compile(r"^succeeded$"),
+    re.compile(r"^ibv_\w+ failed: (?P<err>E[A-Z0-9]+)$"),
+    re.compile(r"^completion on [AB]: (?P<wc>IBV_WC_[A-Z_]+)$"),
+    re.compile(r"^async event: (?P<event>IBV_EVENT_[A-Z_]+)$"),
+    re.compile(r"^peer read: (?:old|new|other) contents$"),
+]
+
+
+def answer_key(course):
+    """{experiment: outcome} from the answer key, or None where the course
+    has none (the students' repository)."""
+    path = course / KEY_FILE
+    if not path.is_file():
+        return None
+    key = {m.group("exp"): m.group("outcome")
+           for m in KEY_ROW.finditer(path.read_text())}
+    missing = set(EXPERIMENTS) - set(key)
+    if missing:
+        raise GradeFailure(f"{KEY_FILE}: its key table has no row for "
+                           f"{sorted(missing)} (a course problem)")
+    return key
+
 
 def _predictions(build):
-    cmd = build.command(PROG, "--predictions")
-    res = build.run(PROG, "--predictions").ok(cmd)
-    got = {}
-    for line in res.stdout.splitlines():
-        exp, sep, outcome = line.partition(": ")
-        if sep:
-            got[exp.strip()] = outcome.strip()
-    return got, cmd
+    """({experiment: prediction} of the predictions.c graded, where it
+    came from). The built copy of predictions.c, or with a pre-lab deadline
+    the one of the last commit before it (prelab/ in the build)."""
+    prelab = build.out / "prelab"
+    record = prelab / "prelab.json"
+    if record.is_file():
+        info = json.loads(record.read_text())
+        if not info.get("commit"):
+            raise GradeFailure(f"the predictions are graded at your last "
+                               f"commit before the pre-lab deadline "
+                               f"({info.get('deadline')}): "
+                               f"{info.get('note') or 'there is none'}")
+        src = prelab / "predictions.c"
+        where = (f"predictions.c at commit {info['commit'][:12]} "
+                 f"({info.get('when')}), the last before the pre-lab "
+                 f"deadline {info.get('deadline')}")
+    else:
+        src = build.out / "src" / build.lesson.name / "predictions.c"
+        where = "predictions.c"
+    if not src.is_file():
+        build.path(PROG)            # a compile error says why
+        raise GradeFailure(f"{where}: not found")
+    text = src.read_text()
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", "", text, flags=re.S)
+    got = {m.group("exp"): m.group("outcome")
+           for m in ENTRY_RE.finditer(text)}
+    return got, where
+
+
+def _form_problems(got, exps):
+    """The predictions of @exps that are not in one of the forms."""
+    wc = set(_wc_status_names()) - {None}
+    events = set(_enum("ibv_event_type")) - {None}
+    bad = []
+    for e in exps:
+        p = got.get(e, "?")
+        m = next((f.match(p) for f in FORMS if f.match(p)), None)
+        if m is None or (m.groupdict().get("err") and
+                         not hasattr(errno_mod, m.group("err"))) or \
+                (m.groupdict().get("wc") and m.group("wc") not in wc) or \
+                (m.groupdict().get("event") and
+                 m.group("event") not in events):
+            bad.append(f"  {e}: {p}")
+    return bad
 
 
 def _score_predictions(build, exps):
-    got, cmd = _predictions(build)
-    wrong = [f"  {e}: {got.get(e, '(none)')}" for e in exps
-             if _digest(e, got.get(e, "?")) != KEY[e]]
+    got, where = _predictions(build)
+    bad = _form_problems(got, exps)
+    if bad:
+        raise GradeFailure(
+            f"{where}: {len(bad)} of these {len(exps)} predictions are not in "
+            f"one of the forms of predictions.h (succeeded, CALL failed: "
+            f"ERRNAME, completion on A|B: IBV_WC_NAME, async event: "
+            f"IBV_EVENT_NAME, peer read: old|new|other contents; names from "
+            f"the headers):\n" + "\n".join(bad)
+            + f"\nreproduce: {build.command(PROG, '--predictions')} "
+            f"prints the table")
+    key = answer_key(build.course)
+    if key is None:
+        raise GradedOnSubmission(
+            f"{where}: {len(exps)} predictions, each in a form of "
+            f"predictions.h:\n" + "\n".join(f"  {e}: {got[e]}" for e in exps)
+            + "\nThey are graded when you submit, against what rxe does "
+            "(the answer key is not in your repository).")
+    wrong = [f"  {e}: {got[e]}" for e in exps if got[e] != key[e]]
     if wrong:
         raise GradeFailure(
-            f"'{cmd}': {len(wrong)} of these {len(exps)} predictions are not "
+            f"{where}: {len(wrong)} of these {len(exps)} predictions are not "
             f"what rxe does:\n" + "\n".join(wrong)
-            + "\n(a prediction is the experiment's line before the "
-            "parenthesis, e.g. 'completion on A: IBV_WC_LOC_LEN_ERR'; run "
-            "the experiments, then compare your predictions with their lines)")
+            + f"\nreproduce: {build.command(PROG, '--predictions')} "
+            f"prints the table")
 
 
 @points(2, "predictions: local errors (dereg-mr, sge-past-mr, post-before-rts, num-sge)")

@@ -18,6 +18,17 @@ Evidence:
   say so.
 - A fetch-and-add at an unaligned address (--offset 4) must fail; rxe
   refuses it in ibv_post_send with EINVAL (measured).
+- The counter must have been moved by remote atomics, not by READ and
+  WRITE (under the lock or not), nor by a server adding locally what a
+  client told it: every client runs with the grader's interposer
+  (grader/evidence/interpose/verbs_spy.c), which records each work request
+  it posts and each completion, with the old value an atomic left in the
+  client's buffer. Each client must have posted exactly -n
+  IBV_WR_ATOMIC_FETCH_AND_ADD of 1 on the counter's address, each
+  completed, and IBV_WR_ATOMIC_CMP_AND_SWP on the lock; the old values it
+  prints are the first and last the device returned; the program's own
+  server posts no work request at all (its memory is only ever changed
+  by the clients' NICs).
 """
 
 import re
@@ -26,6 +37,7 @@ from contextlib import ExitStack
 import pytest
 
 from grader import GradeFailure, expect, expect_match, points
+from grader.evidence.interpose import Spy, build_interposer, parse_int
 from grader.session import pairs
 from grader.evidence.trusted.run import (expect_peer_ok, rand_between, start_client,
                                 start_server, verdict)
@@ -36,44 +48,94 @@ T_CLIENT = "5"       # a client's waits: one completion, one sync (the server
                      # is listening before any client starts)
 OLD = re.compile(r"^fetch_and_add: (\d+) increments, old values (\d+) \.\. "
                  r"(\d+)$", re.M)
+CMP_AND_SWP, FETCH_AND_ADD = 5, 6        # enum ibv_wr_opcode
+WC_COMP_SWAP, WC_FETCH_ADD = 3, 4        # enum ibv_wc_opcode
+EINVAL = 22
+
+
+@pytest.fixture(scope="module")
+def spy_lib(build):
+    return build_interposer(build.course)
+
+
+def atomics_of(spy):
+    """(fetch-and-adds posted, their successful completions' old values,
+    compare-and-swaps posted, everything the client posted) from one
+    client's interposer record."""
+    posts = [c for _, c in spy.calls("post_send")]
+    faa = [c for c in posts if int(c["opcode"]) == FETCH_AND_ADD]
+    cas = [c for c in posts if int(c["opcode"]) == CMP_AND_SWP]
+    olds = [parse_int(c["old"]) for _, c in spy.calls("poll_cq")
+            if int(c["opcode"]) == WC_FETCH_ADD and c["status"] == "0"
+            and "old" in c]
+    return faa, olds, cas, posts
+
+
+def check_atomics(spy, iters, who):
+    """The client's counter updates were -n fetch-and-adds of 1 on one
+    address, each completed, and its lock compare-and-swaps; returns the
+    old values the device returned."""
+    faa, olds, cas, posts = atomics_of(spy)
+    if len(faa) != iters or any(parse_int(c["cmp"]) != 1 for c in faa) \
+            or len({c["raddr"] for c in faa}) != 1 or \
+            any(c["rc"] != "0" for c in faa):
+        raise GradeFailure(
+            f"{who}: the interposer saw {len(faa)} IBV_WR_ATOMIC_FETCH_AND_ADD "
+            f"posted (adding {sorted({parse_int(c['cmp']) for c in faa})}, "
+            f"to {len({c['raddr'] for c in faa})} addresses); expected -n "
+            f"{iters}, each adding 1 to the counter: the counter must be "
+            f"moved by remote atomics, not READ and WRITE nor a message")
+    if len(olds) != iters:
+        raise GradeFailure(f"{who}: {len(olds)} of its {iters} "
+                           f"fetch-and-adds completed successfully "
+                           f"(ibv_poll_cq, as the interposer saw it)")
+    if len(cas) < 2 * iters:
+        raise GradeFailure(f"{who}: {len(cas)} IBV_WR_ATOMIC_CMP_AND_SWP "
+                           f"posted; the lock takes at least one to lock "
+                           f"and one to unlock per append ({2 * iters})")
+    return olds
 
 
 def host(rdma):
     return rdma.ip or "localhost"
 
 
-def clients_vs_ref_server(build, rdma, nclients, iters):
+def clients_vs_ref_server(build, rdma, spy_lib, nclients, iters):
     """`nclients` of the program's clients at once against the reference
-    server: (client Results, client pids, the peer's verdict, start)."""
+    server, each under the interposer: (client Results, client pids, the
+    peer's verdict, start, the clients' Spy records, -n)."""
     start = rand_between(1 << 40, 1 << 48)
+    spies = [Spy(spy_lib) for _ in range(nclients)]
     with start_server("12", "--clients", nclients, "--iters", iters,
                       "--start", start, "--timeout", T) as ref:
         with ExitStack() as stack:
             procs = [stack.enter_context(
                 build.start(PROG, "--port", ref.port, "-n", iters, "-t", T,
-                            host(rdma), ready=None))
-                for _ in range(nclients)]
+                            host(rdma), ready=None, env=spy.env))
+                for spy in spies]
             pids = [p.proc.pid for p in procs]
             results = [p.wait() for p in procs]
         # A failed client fails the tests by itself (its Result comes
         # first); the reference server would only wait for it.
         v = (verdict(ref, timeout=15) if all(r.returncode == 0
                                              for r in results) else None)
-    return results, pids, v, start
+    return results, pids, v, start, spies, iters
 
 
 @pytest.fixture(scope="module")
-def ref2(build, rdma):
-    return clients_vs_ref_server(build, rdma, 2, rand_between(15, 30))
+def ref2(build, rdma, spy_lib):
+    return clients_vs_ref_server(build, rdma, spy_lib, 2,
+                                 rand_between(15, 30))
 
 
 @pytest.fixture(scope="module")
-def ref4(build, rdma):
-    return clients_vs_ref_server(build, rdma, 4, rand_between(10, 20))
+def ref4(build, rdma, spy_lib):
+    return clients_vs_ref_server(build, rdma, spy_lib, 4,
+                                 rand_between(10, 20))
 
 
 def check_region(run, n):
-    results, pids, v, start = run
+    results, pids, v, start, spies, iters_asked = run
     for i, res in enumerate(results):
         res.ok(f"client {i + 1} of {n} against the reference server")
     expect_peer_ok(v, f"{n} clients against the reference server")
@@ -95,6 +157,8 @@ def check_region(run, n):
                     for c in v["clients"])
     expect(owners, sorted(pids), "owners of the QPs that connected "
            "(rdma resource show qp: the clients' own pids)")
+    for i, spy in enumerate(spies):
+        check_atomics(spy, iters_asked, f"client {i + 1} of {n}")
 
 
 @points(5, "2 clients at once: the reference server's counter and log add up")
@@ -109,7 +173,7 @@ def test_ref_server_4_clients(ref4):
 
 @points(3, "the old value a fetch-and-add returns is read in host order")
 def test_old_values(ref2):
-    results, pids, v, start = ref2
+    results, pids, v, start, spies, iters = ref2
     for i, res in enumerate(results):
         res.ok(f"client {i + 1} against the reference server")
     expect_peer_ok(v, "2 clients against the reference server")
@@ -123,19 +187,25 @@ def test_old_values(ref2):
                 f"lie in [start, start + 2 x -n) of the reference server's "
                 f"counter\n  expected: {start} <= first <= last < {top}\n"
                 f"  got:      first {first}, last {last}")
+        olds = check_atomics(spies[i], iters, f"client {i + 1}")
+        expect((first, last), (olds[0], olds[-1]),
+               f"client {i + 1}: the first and last old values printed vs "
+               f"the ones its fetch-and-adds' completions left in its "
+               f"buffer (the interposer read them)")
 
 
 @points(4, "the program's server and 2 clients: counter and log check out")
-def test_pair(build, rdma):
+def test_pair(build, rdma, spy_lib):
     iters = rand_between(15, 30)
     start = rand_between(0, 1 << 32)
+    sspy, cspies = Spy(spy_lib), [Spy(spy_lib) for _ in range(2)]
     with build.start(PROG, "--port", "0", "-c", "2", "-n", iters, "--start",
-                     start, "-t", T) as server:
+                     start, "-t", T, env=sspy.env) as server:
         with ExitStack() as stack:
             procs = [stack.enter_context(
                 build.start(PROG, "--port", server.port, "-n", iters, "-t",
-                            T_CLIENT, host(rdma), ready=None))
-                for _ in range(2)]
+                            T_CLIENT, host(rdma), ready=None, env=spy.env))
+                for spy in cspies]
             results = [p.wait() for p in procs]
         srv = server.wait(timeout=30)
     srv.ok("server -c 2", peer=results[0], peer_name="client 1")
@@ -148,6 +218,15 @@ def test_pair(build, rdma):
                  "server stdout")
     expect_match(srv.stdout, r"^atomic_cap: ATOMIC_(HCA|GLOB) \(\d\)$",
                  "server stdout (the device's atomic_cap)")
+    for i, spy in enumerate(cspies):
+        check_atomics(spy, iters, f"client {i + 1}")
+    posted = [c for k, c in sspy.calls() if k in ("post_send", "post_recv")]
+    if posted:
+        raise GradeFailure(f"the server posted {len(posted)} work requests "
+                           f"(the interposer's record: {posted[:3]} ...): "
+                           f"its region changes only by the clients' "
+                           f"atomics, READs and WRITEs; the server only "
+                           f"reads it at the end")
 
 
 @points(4, "a reference client an increment short: the server notices")
@@ -174,15 +253,22 @@ def test_server_checks_counter(build, rdma):
 
 
 @points(2, "an unaligned atomic (--offset 4) fails: EINVAL from ibv_post_send")
-def test_unaligned(build, rdma):
+def test_unaligned(build, rdma, spy_lib):
+    spy = Spy(spy_lib)
     with build.start(PROG, "--port", "0", "-c", "1", "-n", "1",
                      "-t", "3") as server:
         cli = build.run(PROG, "--port", server.port, "-n", "1", "-t", "3",
-                        "--offset", "4", host(rdma))
+                        "--offset", "4", host(rdma), env=spy.env)
         srv = server.wait(timeout=30)
     pairs.clean_failure(cli, "client whose fetch-and-add is 4 bytes off", 20)
     expect_match(cli.stderr, r"^ibv_post_send failed: Invalid argument$",
                  "client stderr")
+    faa, _, _, _ = atomics_of(spy)
+    if not [c for c in faa if parse_int(c["raddr"]) % 8 == 4
+            and int(c["rc"]) == EINVAL]:
+        raise GradeFailure(f"the interposer saw no fetch-and-add at an "
+                           f"address 4 bytes off alignment refused with "
+                           f"EINVAL (it saw {faa})")
     pairs.clean_failure(srv, "server whose client failed", 20)
 
 

@@ -27,9 +27,12 @@ def main(argv):
         if not st:
             print(f"  {name:<{width}}  not graded yet   (make grade LESSON={name[:2]})")
             continue
-        full = st["got"] == st["total"]
+        pending = st.get("pending", 0)
+        full = st["got"] + pending == st["total"]
         done += full
         mark = "done" if full else f"next: {st['first_failing']}"
+        if pending:
+            mark += f" (+{pending} graded on submission)"
         src = "" if st["src"].endswith("/skeletons") else f"  [SRC={st['src']}]"
         print(f"  {name:<{width}}  {st['got']:>3}/{st['total']:<3}  "
               f"{st['when']}  {mark}{src}")

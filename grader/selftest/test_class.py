@@ -195,3 +195,56 @@ def test_out_inside_submissions_is_refused(tmp_path):
                       "--lesson=04", timeout=60)
     assert res.returncode == 2 and "must be apart" in res.stderr
     assert (tmp_path / "subs" / "alice").is_dir()
+
+
+def test_prelab_grades_the_predictions_at_their_own_deadline(tmp_path):
+    """PRELAB=09=TIME: lesson 09's predictions.c (its pre-lab, lesson.toml:
+    prelab) is taken from the last commit before TIME and the prediction
+    tests grade that one; a later commit's right predictions do not count.
+    The grading half runs here, on the host: the prediction tests read
+    predictions.c and need no device."""
+    from types import SimpleNamespace
+    sys.path.insert(0, str(COURSE))
+    from grader.classroom.gradebook import Gradebook, Sub
+    from grader.core.build import compile_lesson
+
+    repo = tmp_path / "subs" / "frank"
+    for lesson in ("05-send-recv", "09-failures"):
+        shutil.copytree(COURSE / "skeletons" / lesson,
+                        repo / "skeletons" / lesson)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "start", date="2026-01-01T10:00:00+00:00")
+    # Before the pre-lab deadline: the skeleton's predictions ("?").
+    # After it: the right ones, copied from a finished run.
+    shutil.copy(COURSE / "solutions/09-failures/predictions.c",
+                repo / "skeletons/09-failures/predictions.c")
+    git(repo, "commit", "-qam", "late", date="2026-01-12T10:00:00+00:00")
+
+    def grade(prelab):
+        book = Gradebook(SimpleNamespace(
+            out=str(tmp_path / "out"), submissions=str(tmp_path / "subs"),
+            lesson="09", prelab=prelab))
+        sub = Sub("frank", repo)
+        sub.src = repo / "skeletons"
+        compile_lesson(COURSE, sub.src, "09-failures")
+        if prelab:
+            book.write_prelab(sub, "09-failures")
+        res = subprocess.run(
+            [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini",
+             "--rootdir", ".", "-p", "grader.session.plugin", "-qq",
+             "--tb=no", "-rN", "--color=no",
+             "grader/lessons/test_09_failures.py", f"--src={sub.src}",
+             "--prebuilt", "--test=predict",
+             f"--transcripts={tmp_path / 'tr'}"],
+            cwd=COURSE, capture_output=True, text=True, timeout=300)
+        return res.stdout, sub.note
+
+    out, _ = grade([])
+    assert "Score: 6/6" in out, out
+    out, note = grade(["09=2026-01-10T00:00:00+00:00"])
+    assert "Score: 0/6" in out and "pre-lab deadline" in out, out
+    assert "dereg-mr: ?" in out, out
+    assert note.startswith("pre-lab 09: commit "), note
+    out, note = grade(["09=2025-12-01T00:00:00+00:00"])
+    assert "no commit before 2025-12-01" in out and "Score: 0/6" in out, out

@@ -184,6 +184,13 @@ class Shard:
         return done
 
 
+def score_line(data):
+    """The plugin's Score line, of merged results."""
+    pending = data.get("graded_on_submission")
+    return (f"Score: {data['score']}/{data['max_score']}"
+            + (f" (+{pending} graded on submission)" if pending else ""))
+
+
 def _merge_results(shards, path):
     data = {"score": 0, "max_score": 0, "execution_time": 0.0,
             "tests": []}
@@ -200,11 +207,14 @@ def _merge_results(shards, path):
                                      r.get("execution_time", 0))
         data["tests"] += r["tests"]
         data["output"] = r.get("output", "")
+        if r.get("graded_on_submission"):
+            data["graded_on_submission"] = (data.get("graded_on_submission", 0)
+                                            + r["graded_on_submission"])
     order = {n: i for i, n in enumerate(sorted({t["name"][:2] for t in
                                                  data["tests"]}))}
     data["tests"].sort(key=lambda t: order[t["name"][:2]])
-    src = (data.get("output") or "").split("(", 1)[-1].rstrip(")")
-    data["output"] = f"Score: {data['score']}/{data['max_score']} ({src})"
+    src = (data.get("output") or "").rsplit("(", 1)[-1].rstrip(")")
+    data["output"] = f"{score_line(data)} ({src})"
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(data, indent=2) + "\n")
@@ -302,7 +312,7 @@ def run(args):
         if summary:
             _merge_summary(shards, summary)
         if data["max_score"]:
-            print(f"Score: {data['score']}/{data['max_score']}", flush=True)
+            print(score_line(data), flush=True)
         codes = [s.status for s in shards]
         return next((c for c in codes if c not in (0, 1)), max(codes))
     finally:

@@ -1,5 +1,5 @@
-# Lesson 10 links lesson 05's finished work, lessons/common/rc.c (rc.h),
-# with its completion channel: the exercise is how the program waits.
+# Lesson 10 links your lesson 05, rc.c ($(RC), rc.h), with its completion
+# channel: the exercise is how the program waits.
 PROGRAMS = events
-events_SRCS = $(S)/$(L)/events.c lessons/common/rc.c
+events_SRCS = $(S)/$(L)/events.c $(RC)
 LDLIBS += -lpthread

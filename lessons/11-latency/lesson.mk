@@ -1,4 +1,4 @@
-# Lesson 11 links lesson 05's finished work, lessons/common/rc.c (rc.h):
-# the connection is done; the exercise is the round trip and its timing.
+# Lesson 11 links your lesson 05, rc.c ($(RC), rc.h): the connection is
+# done; the exercise is the round trip and its timing.
 PROGRAMS = latency
-latency_SRCS = $(S)/$(L)/latency.c lessons/common/rc.c
+latency_SRCS = $(S)/$(L)/latency.c $(RC)

@@ -1,4 +1,4 @@
-# Lesson 12 links lesson 05's finished work, lessons/common/rc.c (rc.h):
-# the connections are done; the exercise is the atomics.
+# Lesson 12 links your lesson 05, rc.c ($(RC), rc.h): the connections
+# are done; the exercise is the atomics.
 PROGRAMS = atomics
-atomics_SRCS = $(S)/$(L)/atomics.c lessons/common/rc.c
+atomics_SRCS = $(S)/$(L)/atomics.c $(RC)

@@ -24,7 +24,7 @@
 /* ---- the RC queue pair attributes every lesson uses ---------------------- */
 
 /*
- * RTR and RTS values of lessons 03, 05, rc.c and 08 (man ibv_modify_qp):
+ * RTR and RTS values of lessons 03, 05 (rc.c) and 08 (man ibv_modify_qp):
  *   COURSE_QP_TIMEOUT        ACK timeout, 4.096 us * 2^14: about 67 ms
  *   COURSE_QP_RETRY_CNT      resends of an unacknowledged packet; rxe takes
  *                            7 to mean "forever", so a dead peer would never

@@ -3,13 +3,18 @@
 # Default: every S/L/*.c is one program, linked with lessons/common/course.c.
 # A lesson may override in lessons/L/lesson.mk:
 #   PROGRAMS = prog ...        and for each:  prog_SRCS = files...
-# ($(S), $(L) may be used there.) Headers in lessons/L/ and lessons/common/
-# are on the include path.
+# ($(S), $(L) and $(RC) may be used there.) Headers in lessons/L/ and
+# lessons/common/ are on the include path.
+#
+# $(RC) is the RC connection of lesson 05, rc.c (rc.h), which the lessons
+# after it link: by default the one in the same tree, $(S)/05-send-recv/rc.c
+# (your own lesson 05). The grader passes RC= to choose (grader/core/build.py).
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Ilessons/common -Ilessons/$(L)
 LDLIBS  += -lrdmacm -libverbs -lm
+RC      ?= $(S)/05-send-recv/rc.c
 
 -include lessons/$(L)/lesson.mk
 

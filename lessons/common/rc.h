@@ -1,17 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rc.h - lesson 05's finished work, as a library for the later RC lessons.
+ * rc.h - one RC connection as a library: lesson 05 writes it (rc.c, in
+ * skeletons/05-send-recv/), the later RC lessons connect with it.
  *
- * Lesson 05 builds it by hand: open the device, create a PD, a CQ and an RC
- * QP, move the QP to INIT; swap QP addresses over TCP, move it to RTR and
- * RTS, and meet the peer at the 'R' barrier; wait for completions; tear it
- * all down. Lessons 06 and 07 link rc.c (their lesson.mk says so) and keep
- * only their own subject: the memory region and its access, the work
- * request, the memcmp().
+ * rc.c opens the device, creates a PD, a CQ and an RC QP and moves the QP
+ * to INIT; swaps QP addresses over TCP, moves it to RTR and RTS, and meets
+ * the peer at the 'R' barrier; waits for completions; tears it all down.
+ * Lessons 06, 07 and 09-12 link it (their lesson.mk: $(RC)) and keep only
+ * their own subject: the memory region and its access, the work request,
+ * the memcmp().
  *
  * Like pyverbs' RCResources: what a lesson varies is in struct rc_params;
- * everything else is lesson 05's (grader/selftest/test_course.py checks
- * that rc.c sets the same QP attributes as lesson 05's solution).
+ * everything else is lesson 05's (course.h). Lesson 05's rc_check reads
+ * the QPs back to see that rc.c honours both.
  */
 #ifndef RDMA_COURSE_RC_H
 #define RDMA_COURSE_RC_H

@@ -14,7 +14,7 @@
  * how the server learns that the data is there. The server then memcmp()s
  * its buffer against the pattern and reports the result.
  *
- * The connection itself is lesson 05's work, done by lessons/common/rc.c:
+ * The connection itself is lesson 05's work, your 05-send-recv/rc.c:
  * rc_open(), rc_connect(), rc_wait_wc(), rc_close() (see rc.h).
  */
 #include "rc.h"

@@ -59,16 +59,19 @@ static int resolve_ctx(struct client_ctx *ctx, struct sockaddr *dst)
 {
 	int ms = ctx->conn.timeout * 1000;
 
-	/* TODO 1: rdma_resolve_addr(ctx->conn.id, NULL, dst, ms), then wait for
-	 * RDMA_CM_EVENT_ADDR_RESOLVED (what: "rdma_resolve_addr"). */
+	/* TODO 1: resolve dst to a local device and port on ctx->conn.id
+	 * within ms milliseconds (man rdma_resolve_addr: no source address),
+	 * then wait for its event, RDMA_CM_EVENT_ADDR_RESOLVED, with
+	 * cm_wait_event() (what: "rdma_resolve_addr"). */
 	(void)ms;
 	(void)dst;
 	course_todo(1, "rdma_resolve_addr(), then wait for RDMA_CM_EVENT_ADDR_RESOLVED");
 	return -1;
 	/* END TODO 1 */
 
-	/* TODO 2: rdma_resolve_route(ctx->conn.id, ms), then wait for
-	 * RDMA_CM_EVENT_ROUTE_RESOLVED (what: "rdma_resolve_route"). */
+	/* TODO 2: resolve the route to it within ms milliseconds (man
+	 * rdma_resolve_route), then wait for RDMA_CM_EVENT_ROUTE_RESOLVED
+	 * (what: "rdma_resolve_route"). */
 	course_todo(2, "rdma_resolve_route(), then wait for RDMA_CM_EVENT_ROUTE_RESOLVED");
 	return -1;
 	/* END TODO 2 */
@@ -129,8 +132,9 @@ static int connect_ctx(struct client_ctx *ctx)
 		.rnr_retry_count = COURSE_QP_RNR_RETRY,
 	};
 
-	/* TODO 3: rdma_connect(ctx->conn.id, &param), then wait for
-	 * RDMA_CM_EVENT_ESTABLISHED (what: "rdma_connect"). */
+	/* TODO 3: connect ctx->conn.id with the parameters above (man
+	 * rdma_connect), then wait for RDMA_CM_EVENT_ESTABLISHED (what:
+	 * "rdma_connect"). */
 	(void)ctx;
 	(void)param;
 	course_todo(3, "rdma_connect(), then wait for RDMA_CM_EVENT_ESTABLISHED");

@@ -13,7 +13,7 @@
  *
  * --udp: one datagram each way on a UDP socket (the server listens on
  * --port). --rdma (the default): a SEND each way on an RC queue pair,
- * connected by lessons/common/rc.c; each side keeps one receive posted
+ * connected by lesson 05's rc.c; each side keeps one receive posted
  * and busy-polls its CQ, as perftest's ib_send_lat does, and a round trip
  * ends when the pong's receive completes (the SEND's own completion, the
  * ACK, is collected whenever it comes).
@@ -316,9 +316,10 @@ static int rdma_round_trip(struct lat_ctx *ctx, long i)
 	int ret = -1;
 
 	snprintf(what, sizeof(what), "round trip %ld", i);
-	/* TODO 3: reap_sends(ctx, params.max_send_wr, what), post_send()
-	 * and ctx->sends_out++, wait_recv(ctx, what), post_recv(); set ret
-	 * to 0 when all of it worked. */
+	/* TODO 3: make room for the SEND (reap_sends(), with the send
+	 * queue's depth), post_send() and count it in ctx->sends_out, wait
+	 * for the pong (wait_recv()), repost with post_recv(); set ret to 0
+	 * when all of it worked. */
 	(void)ctx;
 	(void)what;
 	(void)post_send; /* yours to call, with wait_recv() */
@@ -339,9 +340,9 @@ static int rdma_serve(struct lat_ctx *ctx, long i)
 	int ret = -1;
 
 	snprintf(what, sizeof(what), "round trip %ld", i);
-	/* TODO 4: wait_recv(), post_recv(), then reap_sends(ctx,
-	 * params.max_send_wr, what), post_send() and ctx->sends_out++;
-	 * set ret to 0 when all of it worked. */
+	/* TODO 4: wait_recv(), post_recv(), then make room for the pong
+	 * (reap_sends(), with the send queue's depth), post_send() and
+	 * count it in ctx->sends_out; set ret to 0 when all of it worked. */
 	(void)ctx;
 	(void)what;
 	course_todo(
@@ -452,7 +453,7 @@ static int measure(struct lat_ctx *ctx, long warmup, long iters, uint64_t *ns)
 		if (round_trip(ctx, i))
 			return -1;
 	for (i = 0; i < iters; i++) {
-		/* TODO 5: time round_trip(ctx, warmup + i) with
+		/* TODO 5: time round trip warmup + i (round_trip()) with
 		 * course_now_ns() (CLOCK_MONOTONIC, man clock_gettime) and
 		 * keep the duration in ns[i]; return -1 if it fails. */
 		if (round_trip(ctx, warmup + i))

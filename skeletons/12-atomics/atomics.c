@@ -13,7 +13,7 @@
  *   offset 16  tail     (how many log entries are in use)
  *   offset 24  log[]    (CLIENTS x ITERS entries of uint64_t)
  *
- * and accepts -c clients, one RC connection each (lessons/common/rc.c).
+ * and accepts -c clients, one RC connection each (05-send-recv/rc.c).
  * When all have connected it lets them go ('G'); each client does --iters
  * times: one IBV_WR_ATOMIC_FETCH_AND_ADD of 1 on the counter, then takes
  * the lock (IBV_WR_ATOMIC_CMP_AND_SWP 0 -> its QPN, until it gets it),

@@ -12,7 +12,7 @@
  * client copies the server's buffer into its own with one RDMA READ and
  * memcmp()s the result against the pattern.
  *
- * The connection itself is lesson 05's work, done by lessons/common/rc.c:
+ * The connection itself is lesson 05's work, your 05-send-recv/rc.c:
  * rc_open(), rc_connect(), rc_wait_wc(), rc_close() (see rc.h).
  */
 #include "rc.h"
@@ -111,11 +111,15 @@ static int close_buf(struct rd_ctx *ctx)
  */
 static void advertise(const struct rd_ctx *ctx, struct qp_info *info)
 {
+	/* TODO 6: on the server, advertise the buffer the client READs, as
+	 * in lesson 06: info->addr (its virtual address), info->rkey (from
+	 * the MR), info->length. */
 	if (ctx->is_server) {
 		info->addr = (uintptr_t)ctx->buf;
 		info->rkey = ctx->mr->rkey;
 		info->length = ctx->size;
 	}
+	/* END TODO 6 */
 }
 
 /*

@@ -59,8 +59,10 @@ static int resolve_ctx(struct client_ctx *ctx, struct sockaddr *dst)
 {
 	int ms = ctx->conn.timeout * 1000;
 
-	/* TODO 1: rdma_resolve_addr(ctx->conn.id, NULL, dst, ms), then wait for
-	 * RDMA_CM_EVENT_ADDR_RESOLVED (what: "rdma_resolve_addr"). */
+	/* TODO 1: resolve dst to a local device and port on ctx->conn.id
+	 * within ms milliseconds (man rdma_resolve_addr: no source address),
+	 * then wait for its event, RDMA_CM_EVENT_ADDR_RESOLVED, with
+	 * cm_wait_event() (what: "rdma_resolve_addr"). */
 	if (rdma_resolve_addr(ctx->conn.id, NULL, dst, ms)) {
 		fprintf(stderr, "rdma_resolve_addr(%s) failed: %s\n",
 			cm_addr_str(dst), strerror(errno));
@@ -71,8 +73,9 @@ static int resolve_ctx(struct client_ctx *ctx, struct sockaddr *dst)
 		return -1;
 	/* END TODO 1 */
 
-	/* TODO 2: rdma_resolve_route(ctx->conn.id, ms), then wait for
-	 * RDMA_CM_EVENT_ROUTE_RESOLVED (what: "rdma_resolve_route"). */
+	/* TODO 2: resolve the route to it within ms milliseconds (man
+	 * rdma_resolve_route), then wait for RDMA_CM_EVENT_ROUTE_RESOLVED
+	 * (what: "rdma_resolve_route"). */
 	if (rdma_resolve_route(ctx->conn.id, ms)) {
 		fprintf(stderr, "rdma_resolve_route failed: %s\n", strerror(errno));
 		return -1;
@@ -138,8 +141,9 @@ static int connect_ctx(struct client_ctx *ctx)
 		.rnr_retry_count = COURSE_QP_RNR_RETRY,
 	};
 
-	/* TODO 3: rdma_connect(ctx->conn.id, &param), then wait for
-	 * RDMA_CM_EVENT_ESTABLISHED (what: "rdma_connect"). */
+	/* TODO 3: connect ctx->conn.id with the parameters above (man
+	 * rdma_connect), then wait for RDMA_CM_EVENT_ESTABLISHED (what:
+	 * "rdma_connect"). */
 	if (rdma_connect(ctx->conn.id, &param)) {
 		fprintf(stderr, "rdma_connect failed: %s\n", strerror(errno));
 		return -1;

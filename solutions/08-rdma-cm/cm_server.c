@@ -56,9 +56,9 @@ static int listen_ctx(struct server_ctx *ctx, int port)
 		.sin_port = htons(port),
 	};
 
-	/* TODO 4: rdma_bind_addr(ctx->conn.listen_id, ...&addr), then
-	 * rdma_listen(ctx->conn.listen_id, 1); on failure print the call and
-	 * strerror(errno) and return -1. */
+	/* TODO 4: bind ctx->conn.listen_id to addr (man rdma_bind_addr),
+	 * then listen on it with a backlog of one (man rdma_listen); on
+	 * failure print the call and strerror(errno) and return -1. */
 	if (rdma_bind_addr(ctx->conn.listen_id, (struct sockaddr *)&addr)) {
 		fprintf(stderr, "rdma_bind_addr(port %d) failed: %s\n", port,
 			strerror(errno));
@@ -88,8 +88,9 @@ static int wait_client_ctx(struct server_ctx *ctx)
 {
 	struct rdma_cm_event *ev = NULL;
 
-	/* TODO 5: cm_wait_event(ctx->conn.ch, RDMA_CM_EVENT_CONNECT_REQUEST,
-	 * ctx->conn.timeout, "rdma_listen", &ev); keep ev->id; ack ev. */
+	/* TODO 5: wait on the event channel (cm_wait_event(), what:
+	 * "rdma_listen") for RDMA_CM_EVENT_CONNECT_REQUEST; keep the new
+	 * connection's id (ev->id) in ctx->conn.id; acknowledge the event. */
 	if (cm_wait_event(ctx->conn.ch, RDMA_CM_EVENT_CONNECT_REQUEST,
 			  ctx->conn.timeout, "rdma_listen", &ev))
 		return -1;
@@ -113,8 +114,9 @@ static int accept_ctx(struct server_ctx *ctx)
 		.rnr_retry_count = COURSE_QP_RNR_RETRY,
 	};
 
-	/* TODO 6: rdma_accept(ctx->conn.id, &param), then wait for
-	 * RDMA_CM_EVENT_ESTABLISHED with cm_wait_event(). */
+	/* TODO 6: accept the connection with the parameters above (man
+	 * rdma_accept), then wait for RDMA_CM_EVENT_ESTABLISHED with
+	 * cm_wait_event(). */
 	if (rdma_accept(ctx->conn.id, &param)) {
 		fprintf(stderr, "rdma_accept failed: %s\n", strerror(errno));
 		return -1;

@@ -623,8 +623,8 @@ static int exp_munmap_remap(struct lab *lab)
 
 	/* TODO 14: munmap() the page, then mmap() a new anonymous page at
 	 * the same address (MAP_FIXED; assign it to page) and fill it with
-	 * course_fill_pattern(page, len, 2). On failure print the call's
-	 * line and goto out_dereg_mr. */
+	 * the second pattern (course_fill_pattern(), seed 2). On failure
+	 * print the call's line and goto out_dereg_mr. */
 	if (munmap(page, len)) {
 		fprintf(stderr, "munmap failed: %s\n", strerror(errno));
 		goto out_dereg_mr;

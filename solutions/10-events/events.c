@@ -178,7 +178,7 @@ static int wait_poll(struct ev_ctx *ctx, struct ibv_wc *wc, uint64_t deadline,
  * happens. The order of the steps is the whole lesson:
  *
  *   1. poll the CQ: a completion may be there already;
- *   2. arm it, ibv_req_notify_cq(cq, 0): the *next* completion will raise
+ *   2. arm it (ibv_req_notify_cq(), every completion): the *next* one raises
  *      an event on the channel;
  *   3. poll the CQ again: a completion that arrived between 1 and 2 raised
  *      no event (the CQ was not armed) and will never raise one - without

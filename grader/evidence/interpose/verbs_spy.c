@@ -8,12 +8,28 @@
  * in the file named by $VERBS_SPY_LOG (written at exit; records are kept in
  * memory so that the timings the program takes are not disturbed):
  *
- *   reg_mr len=N access=0xA ns=T ok=1|0
- *   dereg_mr len=N ns=T rc=R
+ *   reg_mr len=N access=0xA ns=T ok=1|0 addr=0x.. lkey=0x.. rkey=0x.. errno=E
+ *   dereg_mr len=N ns=T rc=R lkey=0x..
  *   query_device node_guid=0x... (the value handed to the program)
  *   get_device_guid node_guid=0x...
- *   post_send qpn=Q opcode=O len=N
- *   poll_cq wc opcode=O status=S len=N
+ *   create_qp qpn=Q                    (in creation order)
+ *   post_send qpn=Q opcode=O len=N num_sge=K wr_id=W flags=0xF
+ *             sge0=ADDR:LEN:LKEY [sge1=...] raddr=0x.. rkey=0x..
+ *             cmp=0x.. swap=0x.. rc=R  (rc: what ibv_post_send returned)
+ *   post_recv qpn=Q wr_id=W len=N rc=R
+ *   poll_cq wc opcode=O status=S len=N qpn=Q wr_id=W [old=0x..] [sum=0x..]
+ *             (old: an atomic's old value, as it landed in the program's
+ *             buffer; sum: FNV-1a of what a READ brought)
+ *   read_source qpn=Q raddr=0x.. len=N sum=0x..  (a READ of this process's
+ *             own memory: what the source held when it was posted)
+ *   munmap addr=0x.. len=N sum=0x..     (only of registered memory)
+ *   mmap addr=0x.. len=N fixed=1 ok=1|0 (only with MAP_FIXED)
+ *   async_event type=T
+ *   get_device_list num=N;  free_device_list;  close_device rc=R
+ *   query_port port=P state=S active_mtu=M link_layer=L (what it returned)
+ *   query_gid port=P index=I rc=0      (ibv_query_gid_ex(), ibv_query_gid():
+ *                                      the slots that answered)
+ *   modify_qp qpn=Q state=S mask=0xM rc=R
  *   query_qp qpn=Q state=S
  *   req_notify_cq solicited=S rc=R
  *   get_cq_event rc=R
@@ -27,7 +43,14 @@
  * $VERBS_SPY_NODE_GUID=HEX makes ibv_get_device_guid() and
  * ibv_query_device() return that node GUID:
  * a program that prints the GUID from sysfs instead of asking the device
- * prints the wrong one. The data path's calls (ibv_post_send, ibv_poll_cq)
+ * prints the wrong one. Likewise, values the grader chooses and a copy of
+ * sysfs cannot know (lesson 01):
+ *   $VERBS_SPY_PORT=STATE:MTU:LINK  ibv_query_port()'s state, active_mtu
+ *                                   and link_layer (enum values)
+ *   $VERBS_SPY_GID=HEX32:TYPE       every GID slot that holds one reads
+ *                                   as HEX32 with its last two bytes the
+ *                                   index, of gid_type TYPE
+ *   $VERBS_SPY_DEVICE_SUFFIX=S      ibv_get_device_name() adds S The data path's calls (ibv_post_send, ibv_poll_cq)
  * are inline functions that jump through the context's ops table, so
  * ibv_open_device() is wrapped to put our functions in that table.
  */
@@ -40,6 +63,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,17 +129,113 @@ static uint64_t now_ns(void)
 	if (!real) \
 		real = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
 
+/* The MRs this process registered: where their memory is. */
+#define MAX_MRS 256
+static struct {
+	uintptr_t addr;
+	size_t len;
+	uint32_t lkey;
+} mrs[MAX_MRS];
+static int n_mrs;
+
+static void mr_added(const struct ibv_mr *mr)
+{
+	pthread_mutex_lock(&log_lock);
+	if (n_mrs < MAX_MRS) {
+		mrs[n_mrs].addr = (uintptr_t)mr->addr;
+		mrs[n_mrs].len = mr->length;
+		mrs[n_mrs].lkey = mr->lkey;
+		n_mrs++;
+	}
+	pthread_mutex_unlock(&log_lock);
+}
+
+static void mr_removed(uint32_t lkey)
+{
+	int i;
+
+	pthread_mutex_lock(&log_lock);
+	for (i = 0; i < n_mrs; i++)
+		if (mrs[i].lkey == lkey) {
+			mrs[i] = mrs[--n_mrs];
+			break;
+		}
+	pthread_mutex_unlock(&log_lock);
+}
+
+/* Does [addr, addr + len) overlap memory this process registered? */
+static int registered(uintptr_t addr, size_t len)
+{
+	int i, hit = 0;
+
+	pthread_mutex_lock(&log_lock);
+	for (i = 0; i < n_mrs && !hit; i++)
+		hit = addr < mrs[i].addr + mrs[i].len &&
+		      mrs[i].addr < addr + len;
+	pthread_mutex_unlock(&log_lock);
+	return hit;
+}
+
+/*
+ * FNV-1a of [addr, addr + len) of this process, read with
+ * process_vm_readv() so that memory that is not mapped gives 0 instead of
+ * a crash.
+ */
+static uint64_t checksum(uintptr_t addr, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	unsigned char chunk[4096];
+	size_t off, n, i;
+
+	for (off = 0; off < len; off += n) {
+		struct iovec local = { chunk, sizeof(chunk) };
+		struct iovec remote = { (void *)(addr + off), 0 };
+
+		n = len - off < sizeof(chunk) ? len - off : sizeof(chunk);
+		local.iov_len = remote.iov_len = n;
+		if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) !=
+		    (ssize_t)n)
+			return 0;
+		for (i = 0; i < n; i++)
+			h = (h ^ chunk[i]) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+static void record_mr(const char *what, size_t length, int access,
+		      uint64_t ns, const struct ibv_mr *mr, int err)
+{
+	record("%s len=%zu access=0x%x ns=%llu ok=%d addr=0x%llx lkey=0x%x "
+	       "rkey=0x%x errno=%d\n", what, length, access,
+	       (unsigned long long)ns, mr != NULL,
+	       mr ? (unsigned long long)(uintptr_t)mr->addr : 0ull,
+	       mr ? mr->lkey : 0, mr ? mr->rkey : 0, mr ? 0 : err);
+	if (mr)
+		mr_added(mr);
+}
+
+/*
+ * libibverbs' own ibv_reg_mr() calls ibv_reg_mr_iova2(), through this
+ * library: one registration, recorded once (by the outer call).
+ */
+static __thread int in_reg_mr;
+
 struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 			  int access)
 {
 	struct ibv_mr *mr;
-	uint64_t t0;
+	uint64_t t0, ns;
+	int err;
 
 	REAL(ibv_reg_mr);
 	t0 = now_ns();
+	in_reg_mr++;
 	mr = real(pd, addr, length, access);
-	record("reg_mr len=%zu access=0x%x ns=%llu ok=%d\n", length, access,
-	       (unsigned long long)(now_ns() - t0), mr != NULL);
+	in_reg_mr--;
+	ns = now_ns() - t0;
+	err = errno;
+	record_mr("reg_mr", length, access, ns, mr, err);
+	errno = err;
 	return mr;
 }
 
@@ -122,27 +243,34 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
 				uint64_t iova, unsigned int access)
 {
 	struct ibv_mr *mr;
-	uint64_t t0;
+	uint64_t t0, ns;
+	int err;
 
 	REAL(ibv_reg_mr_iova2);
 	t0 = now_ns();
 	mr = real(pd, addr, length, iova, access);
-	record("reg_mr len=%zu access=0x%x ns=%llu ok=%d\n", length,
-	       access & 0xffff, (unsigned long long)(now_ns() - t0), mr != NULL);
+	ns = now_ns() - t0;
+	err = errno;
+	if (!in_reg_mr)
+		record_mr("reg_mr", length, access & 0xffff, ns, mr, err);
+	errno = err;
 	return mr;
 }
 
 int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	size_t len = mr ? mr->length : 0;
+	uint32_t lkey = mr ? mr->lkey : 0;
 	uint64_t t0;
 	int rc;
 
 	REAL(ibv_dereg_mr);
 	t0 = now_ns();
 	rc = real(mr);
-	record("dereg_mr len=%zu ns=%llu rc=%d\n", len,
-	       (unsigned long long)(now_ns() - t0), rc);
+	record("dereg_mr len=%zu ns=%llu rc=%d lkey=0x%x\n", len,
+	       (unsigned long long)(now_ns() - t0), rc, lkey);
+	if (!rc)
+		mr_removed(lkey);
 	return rc;
 }
 
@@ -214,23 +342,72 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 
 static int (*real_post_send)(struct ibv_qp *, struct ibv_send_wr *,
 			     struct ibv_send_wr **);
+static int (*real_post_recv)(struct ibv_qp *, struct ibv_recv_wr *,
+			     struct ibv_recv_wr **);
 static int (*real_poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
+
+/*
+ * Where the work requests in flight keep their local data, by (QP, wr_id):
+ * an atomic's old value and a READ's data land there, and poll_cq reads
+ * them when the request completes.
+ */
+#define MAX_POSTED 64
+static struct {
+	uint32_t qpn;
+	uint64_t wr_id;
+	int opcode;
+	uintptr_t addr;
+	uint32_t len;
+} posted[MAX_POSTED];
+static unsigned int n_posted;
+
+static void remember(uint32_t qpn, const struct ibv_send_wr *w)
+{
+	unsigned int i;
+
+	if (w->num_sge < 1)
+		return;
+	pthread_mutex_lock(&log_lock);
+	i = n_posted++ % MAX_POSTED;
+	posted[i].qpn = qpn;
+	posted[i].wr_id = w->wr_id;
+	posted[i].opcode = w->opcode;
+	posted[i].addr = w->sg_list[0].addr;
+	posted[i].len = w->sg_list[0].length;
+	pthread_mutex_unlock(&log_lock);
+}
+
+/* The latest request posted on @qpn with @wr_id: its index, or -1. */
+static int lookup(uint32_t qpn, uint64_t wr_id)
+{
+	unsigned int n, k;
+	int found = -1;
+
+	pthread_mutex_lock(&log_lock);
+	n = n_posted < MAX_POSTED ? n_posted : MAX_POSTED;
+	for (k = 1; k <= n && found < 0; k++) {
+		unsigned int i = (n_posted - k) % MAX_POSTED;
+
+		if (posted[i].qpn == qpn && posted[i].wr_id == wr_id)
+			found = i;
+	}
+	pthread_mutex_unlock(&log_lock);
+	return found;
+}
 
 static int spy_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			 struct ibv_send_wr **bad)
 {
-	struct ibv_send_wr *w;
-	uint32_t len;
-	int i;
-
 	const char *payload = getenv("VERBS_SPY_PAYLOAD");
+	struct ibv_send_wr *w;
+	char sges[128];
+	uint32_t len;
 	size_t off;
+	int i, rc, n;
 
 	for (w = wr; w; w = w->next) {
 		for (len = 0, i = 0; i < w->num_sge; i++)
 			len += w->sg_list[i].length;
-		record("post_send qpn=%u opcode=%d len=%u\n", qp->qp_num,
-		       w->opcode, len);
 		/* $VERBS_SPY_PAYLOAD replaces the bytes of a SEND of its
 		 * length: the receiver must show the grader's bytes. */
 		if (payload && strlen(payload) == len &&
@@ -243,18 +420,144 @@ static int spy_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			}
 			record("payload replaced\n");
 		}
+		/* A READ of this process's own registered memory (two QPs
+		 * of one process): what the source holds now. */
+		if (w->opcode == IBV_WR_RDMA_READ &&
+		    registered(w->wr.rdma.remote_addr, len))
+			record("read_source qpn=%u raddr=0x%llx len=%u "
+			       "sum=0x%016llx\n", qp->qp_num,
+			       (unsigned long long)w->wr.rdma.remote_addr, len,
+			       (unsigned long long)checksum(
+				       w->wr.rdma.remote_addr, len));
+		remember(qp->qp_num, w);
 	}
-	return real_post_send(qp, wr, bad);
+	rc = real_post_send(qp, wr, bad);
+	for (w = wr; w; w = w->next) {
+		for (len = 0, n = 0, i = 0; i < w->num_sge; i++) {
+			len += w->sg_list[i].length;
+			if (i < 2)
+				n += snprintf(sges + n, sizeof(sges) - n,
+					      " sge%d=0x%llx:%u:0x%x", i,
+					      (unsigned long long)
+						      w->sg_list[i].addr,
+					      w->sg_list[i].length,
+					      w->sg_list[i].lkey);
+		}
+		if (!n)
+			sges[0] = 0;
+		record("post_send qpn=%u opcode=%d len=%u num_sge=%d wr_id=%llu "
+		       "flags=0x%x%s raddr=0x%llx rkey=0x%x cmp=0x%llx "
+		       "swap=0x%llx rc=%d\n",
+		       qp->qp_num, w->opcode, len, w->num_sge,
+		       (unsigned long long)w->wr_id, w->send_flags, sges,
+		       (unsigned long long)(w->opcode >= IBV_WR_ATOMIC_CMP_AND_SWP &&
+					    w->opcode <= IBV_WR_ATOMIC_FETCH_AND_ADD
+				       ? w->wr.atomic.remote_addr
+				       : w->wr.rdma.remote_addr),
+		       w->opcode >= IBV_WR_ATOMIC_CMP_AND_SWP &&
+				       w->opcode <= IBV_WR_ATOMIC_FETCH_AND_ADD
+			       ? w->wr.atomic.rkey
+			       : w->wr.rdma.rkey,
+		       (unsigned long long)w->wr.atomic.compare_add,
+		       (unsigned long long)w->wr.atomic.swap, rc);
+	}
+	return rc;
+}
+
+static int spy_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+			 struct ibv_recv_wr **bad)
+{
+	struct ibv_recv_wr *w;
+	uint32_t len;
+	int i, rc;
+
+	rc = real_post_recv(qp, wr, bad);
+	for (w = wr; w; w = w->next) {
+		for (len = 0, i = 0; i < w->num_sge; i++)
+			len += w->sg_list[i].length;
+		record("post_recv qpn=%u wr_id=%llu len=%u rc=%d\n", qp->qp_num,
+		       (unsigned long long)w->wr_id, len, rc);
+	}
+	return rc;
 }
 
 static int spy_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
-	int got = real_poll_cq(cq, n, wc), i;
+	int got = real_poll_cq(cq, n, wc), i, k;
+	char extra[64];
 
-	for (i = 0; i < got; i++)
-		record("poll_cq wc opcode=%d status=%d len=%u qpn=%u\n",
-		       wc[i].opcode, wc[i].status, wc[i].byte_len, wc[i].qp_num);
+	for (i = 0; i < got; i++) {
+		extra[0] = 0;
+		k = wc[i].status == IBV_WC_SUCCESS
+			    ? lookup(wc[i].qp_num, wc[i].wr_id)
+			    : -1;
+		if (k >= 0 && (wc[i].opcode == IBV_WC_COMP_SWAP ||
+			       wc[i].opcode == IBV_WC_FETCH_ADD) &&
+		    posted[k].len >= 8) {
+			uint64_t old;
+
+			memcpy(&old, (void *)posted[k].addr, sizeof(old));
+			snprintf(extra, sizeof(extra), " old=0x%llx",
+				 (unsigned long long)old);
+		} else if (k >= 0 && wc[i].opcode == IBV_WC_RDMA_READ) {
+			snprintf(extra, sizeof(extra), " sum=0x%016llx",
+				 (unsigned long long)checksum(posted[k].addr,
+							      posted[k].len));
+		}
+		record("poll_cq wc opcode=%d status=%d len=%u qpn=%u wr_id=%llu%s\n",
+		       wc[i].opcode, wc[i].status, wc[i].byte_len,
+		       wc[i].qp_num, (unsigned long long)wc[i].wr_id, extra);
+	}
 	return got;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
+			     struct ibv_qp_init_attr *init_attr)
+{
+	struct ibv_qp *qp;
+
+	REAL(ibv_create_qp);
+	qp = real(pd, init_attr);
+	if (qp)
+		record("create_qp qpn=%u\n", qp->qp_num);
+	return qp;
+}
+
+int ibv_get_async_event(struct ibv_context *context,
+			struct ibv_async_event *event)
+{
+	int rc;
+
+	REAL(ibv_get_async_event);
+	rc = real(context, event);
+	if (!rc)
+		record("async_event type=%d\n", event->event_type);
+	return rc;
+}
+
+/* ---- mappings under registered memory (lesson 09's munmap-remap) ---------- */
+
+int munmap(void *addr, size_t len)
+{
+	REAL(munmap);
+	if (registered((uintptr_t)addr, len))
+		record("munmap addr=0x%llx len=%zu sum=0x%016llx\n",
+		       (unsigned long long)(uintptr_t)addr, len,
+		       (unsigned long long)checksum((uintptr_t)addr, len));
+	return real(addr, len);
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	void *p;
+
+	REAL(mmap);
+	p = real(addr, len, prot, flags, fd, off);
+	if (flags & MAP_FIXED)
+		record("mmap addr=0x%llx len=%zu fixed=1 ok=%d\n",
+		       (unsigned long long)(uintptr_t)addr, len,
+		       p != MAP_FAILED);
+	return p;
 }
 
 static int (*real_req_notify_cq)(struct ibv_cq *, int);
@@ -282,20 +585,168 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
 	return rc;
 }
 
+/* ---- what a program asks about the devices (lesson 01) ------------------- */
+
+struct ibv_device **ibv_get_device_list(int *num_devices)
+{
+	struct ibv_device **list;
+	int n = 0;
+
+	REAL(ibv_get_device_list);
+	list = real(&n);
+	if (num_devices)
+		*num_devices = n;
+	record("get_device_list num=%d ok=%d\n", n, list != NULL);
+	return list;
+}
+
+void ibv_free_device_list(struct ibv_device **list)
+{
+	REAL(ibv_free_device_list);
+	real(list);
+	record("free_device_list\n");
+}
+
+int ibv_close_device(struct ibv_context *context)
+{
+	int rc;
+
+	REAL(ibv_close_device);
+	rc = real(context);
+	record("close_device rc=%d\n", rc);
+	return rc;
+}
+
+const char *ibv_get_device_name(struct ibv_device *device)
+{
+	static __thread char names[8][IBV_SYSFS_NAME_MAX + 32];
+	static __thread unsigned int next;
+	const char *suffix = getenv("VERBS_SPY_DEVICE_SUFFIX");
+	const char *name;
+	char *out;
+
+	REAL(ibv_get_device_name);
+	name = real(device);
+	if (!name || !suffix)
+		return name;
+	out = names[next++ % 8];
+	snprintf(out, sizeof(names[0]), "%s%s", name, suffix);
+	return out;
+}
+
+static int (*real_query_port)(struct ibv_context *, uint8_t,
+			      struct ibv_port_attr *, size_t);
+
+static int spy_query_port(struct ibv_context *context, uint8_t port_num,
+			  struct ibv_port_attr *attr, size_t size)
+{
+	const char *want = getenv("VERBS_SPY_PORT");
+	unsigned int state, mtu, link;
+	int rc;
+
+	rc = real_query_port(context, port_num, attr, size);
+	if (rc)
+		return rc;
+	if (want && sscanf(want, "%u:%u:%u", &state, &mtu, &link) == 3) {
+		attr->state = state;
+		attr->active_mtu = mtu;
+		attr->link_layer = link;
+	}
+	record("query_port port=%u state=%d active_mtu=%d link_layer=%d\n",
+	       port_num, attr->state, attr->active_mtu, attr->link_layer);
+	return rc;
+}
+
+/* $VERBS_SPY_GID: the GID (and type) slot @index reads as. 0 or -1. */
+static int spy_gid(uint32_t index, union ibv_gid *gid, uint32_t *type)
+{
+	const char *want = getenv("VERBS_SPY_GID");
+	unsigned int b, t;
+	int i;
+
+	if (!want || strlen(want) < 34 || want[32] != ':')
+		return -1;
+	for (i = 0; i < 16; i++) {
+		if (sscanf(want + 2 * i, "%2x", &b) != 1)
+			return -1;
+		gid->raw[i] = b;
+	}
+	gid->raw[14] = index >> 8;
+	gid->raw[15] = index & 0xff;
+	if (type && sscanf(want + 33, "%u", &t) == 1)
+		*type = t;
+	return 0;
+}
+
+int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num,
+		      uint32_t gid_index, struct ibv_gid_entry *entry,
+		      uint32_t flags, size_t entry_size)
+{
+	int rc;
+
+	REAL(_ibv_query_gid_ex);
+	rc = real(context, port_num, gid_index, entry, flags, entry_size);
+	if (!rc)
+		spy_gid(gid_index, &entry->gid, &entry->gid_type);
+	if (!rc)
+		record("query_gid port=%u index=%u rc=%d\n", port_num,
+		       gid_index, rc);
+	return rc;
+}
+
+int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index,
+		  union ibv_gid *gid)
+{
+	static const union ibv_gid zero;
+	int rc;
+
+	REAL(ibv_query_gid);
+	rc = real(context, port_num, index, gid);
+	/* An empty slot reads as zeros: it stays empty. */
+	if (!rc && memcmp(gid, &zero, sizeof(zero)))
+		spy_gid(index, gid, NULL);
+	if (!rc)
+		record("query_gid port=%u index=%d rc=%d\n", port_num, index,
+		       rc);
+	return rc;
+}
+
+/* ---- state changes (lesson 03) -------------------------------------------- */
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+{
+	int rc;
+
+	REAL(ibv_modify_qp);
+	rc = real(qp, attr, attr_mask);
+	record("modify_qp qpn=%u state=%d mask=0x%x rc=%d\n", qp->qp_num,
+	       attr_mask & IBV_QP_STATE ? (int)attr->qp_state : -1, attr_mask,
+	       rc);
+	return rc;
+}
+
 struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
+	struct verbs_context *vctx;
 	struct ibv_context *ctx;
 
 	REAL(ibv_open_device);
 	ctx = real(device);
 	if (ctx) {
 		real_post_send = ctx->ops.post_send;
+		real_post_recv = ctx->ops.post_recv;
 		real_poll_cq = ctx->ops.poll_cq;
 		real_req_notify_cq = ctx->ops.req_notify_cq;
 		ctx->ops.post_send = spy_post_send;
+		ctx->ops.post_recv = spy_post_recv;
 		ctx->ops.poll_cq = spy_poll_cq;
 		ctx->ops.req_notify_cq = spy_req_notify_cq;
-		record("open_device %s\n", ibv_get_device_name(device));
+		vctx = verbs_get_ctx_op(ctx, query_port);
+		if (vctx) {
+			real_query_port = vctx->query_port;
+			vctx->query_port = spy_query_port;
+		}
+		record("open_device %s\n", device->name);
 	}
 	return ctx;
 }

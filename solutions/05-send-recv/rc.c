@@ -1,9 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
- * rc.c - one RC connection, as lesson 05 builds it. See rc.h.
+ * rc.c - lesson 05: one RC connection, as a library (lessons/common/rc.h).
  *
- * Attribute masks are written one flag per line, as in lesson 05; the
- * clang-format off/on comments keep clang-format 14 from reflowing them.
+ * pingpong.c connects with it, and so does every later lesson that is
+ * about something else than the connection (06, 07, 09-12: their lesson.mk
+ * links this file, the one in your tree): from lesson 06 on your programs
+ * connect with the code you write here. rc_open() creates the verbs
+ * objects and moves the QP to INIT (TODO 1), fill_qp_info() describes the
+ * QP for the peer (TODO 2), rtr_rts() points it at the peer's QP and makes
+ * it ready to send (TODOs 3 and 4). Everything else is written.
+ *
+ * What a lesson chooses about its QP is in struct rc_params (rc.h): the
+ * TODOs use those fields where the comment says so, lesson 05's values
+ * (course.h) everywhere else.
  */
 #include "rc.h"
 
@@ -25,12 +34,6 @@ struct rc_ctx *rc_open(const struct course_opts *o, const struct rc_params *p)
 			.max_recv_sge = 1,
 			.max_inline_data = p->max_inline_data,
 		},
-	};
-	struct ibv_qp_attr attr = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = o->ib_port,
-		.qp_access_flags = p->access,
 	};
 	struct rc_ctx *rc;
 	int ret;
@@ -85,13 +88,23 @@ struct rc_ctx *rc_open(const struct course_opts *o, const struct rc_params *p)
 		goto out_destroy_cq;
 	}
 
-	/* clang-format off */
+	/* TODO 1: move the QP from RESET to INIT, as in lesson 03: our port
+	 * (rc->ib_port), P_Key index 0, and p->access as its access flags
+	 * (what the peer may do to our memory through it); set ret to what
+	 * ibv_modify_qp() returns. man ibv_modify_qp */
+	struct ibv_qp_attr attr = {
+		.qp_state = IBV_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = rc->ib_port,
+		.qp_access_flags = p->access,
+	};
+
 	ret = ibv_modify_qp(rc->qp, &attr,
 			    IBV_QP_STATE |
 			    IBV_QP_PKEY_INDEX |
 			    IBV_QP_PORT |
 			    IBV_QP_ACCESS_FLAGS);
-	/* clang-format on */
+	/* END TODO 1 */
 	if (ret) {
 		fprintf(stderr, "ibv_modify_qp(INIT) failed: %s\n",
 			strerror(ret));
@@ -115,31 +128,63 @@ out_free_rc:
 	return NULL;
 }
 
-/* LID, QPN, a random 24-bit PSN and the GID of our QP. 0 or -1. */
+/*
+ * Describe our QP for the peer: the port's LID (0 on RoCE), the QP number,
+ * a random 24-bit starting packet sequence number, and the GID at
+ * rc->gid_index (on RoCE, the IP address packets are sent to). The buffer
+ * fields (addr, rkey, length) are the caller's: leave them as they are.
+ * Returns 0, or -1 (message printed).
+ */
 static int fill_qp_info(struct rc_ctx *rc, struct qp_info *info)
 {
-	struct ibv_port_attr port;
 	int ret;
+
+	/* TODO 2: fill info->lid (ibv_query_port), info->qpn (the QP's
+	 * qp_num), info->psn (24 random bits: lrand48() and a mask) and
+	 * info->gid (ibv_query_gid); set ret to 0, or on failure to the
+	 * errno value: ibv_query_port returns it, ibv_query_gid returns -1
+	 * and sets errno. */
+	struct ibv_port_attr port;
 
 	ret = ibv_query_port(rc->context, rc->ib_port, &port);
 	if (!ret &&
 	    ibv_query_gid(rc->context, rc->ib_port, rc->gid_index, &info->gid))
 		ret = errno ? errno : EINVAL;
+	info->lid = port.lid;
+	info->qpn = rc->qp->qp_num;
+	info->psn = lrand48() & 0xffffff;
+	/* END TODO 2 */
 	if (ret) {
 		fprintf(stderr, "ibv_query_port/ibv_query_gid failed: %s\n",
 			strerror(ret));
 		return -1;
 	}
-	info->lid = port.lid;
-	info->qpn = rc->qp->qp_num;
-	info->psn = lrand48() & 0xffffff;
 	return 0;
 }
 
-/* INIT -> RTR -> RTS towards @theirs; the attributes of lesson 05. */
+/*
+ * Connect our QP to the peer's (@theirs; @mine is what we told the peer).
+ * RTR (ready to receive): the QP learns where the peer's QP is (GID, QPN)
+ * and which PSN its first packet will carry. RTS (ready to send): our own
+ * packets start at our PSN; a packet not acknowledged within the timeout
+ * is resent retry_cnt times (rxe takes 7 to mean "forever", so a dead peer
+ * would never be noticed: 6), and a peer without a posted receive (RNR) is
+ * retried rnr_retry times. Returns 0, or -1 (message printed).
+ */
 static int rtr_rts(struct rc_ctx *rc, const struct qp_info *mine,
 		   const struct qp_info *theirs)
 {
+	/* rc_params.rnr_retry: 0 is lesson 05's value, RC_RNR_RETRY(n) is n */
+	uint8_t rnr_retry = rc->params.rnr_retry ? rc->params.rnr_retry & 7
+						 : COURSE_QP_RNR_RETRY;
+	int ret;
+
+	/* TODO 3: move the QP to RTR: path_mtu IBV_MTU_1024, the peer's
+	 * QPN and PSN, max_dest_rd_atomic rc->params.max_dest_rd_atomic,
+	 * min_rnr_timer COURSE_QP_MIN_RNR_TIMER (course.h), and an
+	 * address vector (ah_attr) with is_global = 1, the peer's LID and
+	 * GID, our port and our GID index, hop_limit 64; set ret to what
+	 * ibv_modify_qp() returns. */
 	struct ibv_qp_attr rtr = {
 		.qp_state = IBV_QPS_RTR,
 		.path_mtu = IBV_MTU_1024,
@@ -160,18 +205,7 @@ static int rtr_rts(struct rc_ctx *rc, const struct qp_info *mine,
 			},
 		},
 	};
-	struct ibv_qp_attr rts = {
-		.qp_state = IBV_QPS_RTS,
-		.sq_psn = mine->psn,
-		.timeout = COURSE_QP_TIMEOUT,
-		.retry_cnt = COURSE_QP_RETRY_CNT,
-		.rnr_retry = rc->params.rnr_retry ? rc->params.rnr_retry & 7
-						  : COURSE_QP_RNR_RETRY,
-		.max_rd_atomic = rc->params.max_rd_atomic,
-	};
-	int ret;
 
-	/* clang-format off */
 	ret = ibv_modify_qp(rc->qp, &rtr,
 			    IBV_QP_STATE |
 			    IBV_QP_AV |
@@ -180,13 +214,27 @@ static int rtr_rts(struct rc_ctx *rc, const struct qp_info *mine,
 			    IBV_QP_RQ_PSN |
 			    IBV_QP_MAX_DEST_RD_ATOMIC |
 			    IBV_QP_MIN_RNR_TIMER);
-	/* clang-format on */
+	/* END TODO 3 */
 	if (ret) {
 		fprintf(stderr, "ibv_modify_qp(RTR) failed: %s\n",
 			strerror(ret));
 		return -1;
 	}
-	/* clang-format off */
+
+	/* TODO 4: move the QP to RTS: our own PSN as sq_psn, timeout
+	 * COURSE_QP_TIMEOUT, retry_cnt COURSE_QP_RETRY_CNT (course.h),
+	 * rnr_retry the rnr_retry above, max_rd_atomic
+	 * rc->params.max_rd_atomic; set ret to what ibv_modify_qp()
+	 * returns. */
+	struct ibv_qp_attr rts = {
+		.qp_state = IBV_QPS_RTS,
+		.sq_psn = mine->psn,
+		.timeout = COURSE_QP_TIMEOUT,
+		.retry_cnt = COURSE_QP_RETRY_CNT,
+		.rnr_retry = rnr_retry,
+		.max_rd_atomic = rc->params.max_rd_atomic,
+	};
+
 	ret = ibv_modify_qp(rc->qp, &rts,
 			    IBV_QP_STATE |
 			    IBV_QP_SQ_PSN |
@@ -194,7 +242,7 @@ static int rtr_rts(struct rc_ctx *rc, const struct qp_info *mine,
 			    IBV_QP_RETRY_CNT |
 			    IBV_QP_RNR_RETRY |
 			    IBV_QP_MAX_QP_RD_ATOMIC);
-	/* clang-format on */
+	/* END TODO 4 */
 	if (ret) {
 		fprintf(stderr, "ibv_modify_qp(RTS) failed: %s\n",
 			strerror(ret));
