@@ -42,22 +42,117 @@ STATE = Path("/run/rdma-course-grade")          # root only, 0700
 PR_SET_CHILD_SUBREAPER = 36
 
 
-class Sandbox:
+class Containment:
+    """What contains a grading session's programs, made once per session
+    (root only): the mount namespace with the read-only view (entered per
+    program by sandbox-exec), the session's cgroup under which each test
+    gets its own, and the launcher. Raises RuntimeError (or OSError) when
+    it cannot be made."""
+
     def __init__(self, course, read_only=(), hide=("solutions", ".git")):
         self.course = Path(course)
-        self.read_only = [Path(p) for p in read_only]
-        self.hide = hide
+        for tool in ("unshare", "mount"):
+            if not shutil.which(tool):
+                raise RuntimeError(f"{tool} is missing (util-linux)")
+        # Made on the host by `python3 -m grader build`; here only if not.
+        self.launcher = grader_program(self.course, "evidence/sandbox-exec.c")
+        self.base = self._cgroup()
+        try:
+            self.nsfile = self._namespace([Path(p) for p in read_only], hide)
+        except BaseException:
+            procs.kill_cgroup(self.base)
+            raise
+
+    def _cgroup(self):
+        cg = procs.cgroup2_root()
+        if cg is None:
+            Path("/sys/fs/cgroup").mkdir(exist_ok=True)
+            subprocess.run(["mount", "-t", "cgroup2", "cgroup2",
+                            "/sys/fs/cgroup"], check=True,
+                           capture_output=True)
+            cg = Path("/sys/fs/cgroup")
+        base = cg / f"rdma-grade.{os.getpid()}"
+        base.mkdir(exist_ok=True)
+        if not (base / "cgroup.kill").exists():
+            raise RuntimeError("cgroup v2 without cgroup.kill (kernel < 5.14)")
+        return base
+
+    def _namespace(self, read_only, hide):
+        # The namespace file must sit on a private mount of its own.
+        STATE.mkdir(mode=0o700, exist_ok=True)
+        if str(STATE) not in {p for p, _ in procs.mounts()}:
+            subprocess.run(["mount", "--bind", STATE, STATE], check=True,
+                           capture_output=True)
+        subprocess.run(["mount", "--make-private", STATE], check=True,
+                       capture_output=True)
+        nsfile = STATE / f"mnt.{os.getpid()}"
+        nsfile.touch()
+        ro = {str(self.course)} | {str(p) for p in read_only}
+        ro |= {p for p, t in procs.mounts() if t == "9p"}
+        lines = ["set -e"]
+        for p in sorted(ro):
+            lines.append(f"mount --bind '{p}' '{p}'")
+            lines.append(f"mount -o remount,bind,ro '{p}'")
+        for name in hide:
+            p = self.course / name
+            if p.is_dir():
+                lines.append(f"mount -t tmpfs -o ro,size=4k,mode=0555 "
+                             f"hidden '{p}'")
+            elif p.exists():
+                lines.append(f"mount --bind /dev/null '{p}'")
+        for p in ro | {str(self.course / n) for n in hide}:
+            if "'" in p:
+                raise RuntimeError(f"cannot sandbox a path with a quote: {p}")
+        res = subprocess.run(
+            ["unshare", f"--mount={nsfile}", "--propagation", "private",
+             "--", "sh", "-c", "\n".join(lines)],
+            capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError("setting up the read-only view failed: "
+                               + res.stderr.strip())
+        return nsfile
+
+    def close(self):
+        subprocess.run(["umount", self.nsfile], capture_output=True)
+        try:
+            self.nsfile.unlink(missing_ok=True)
+        except OSError:
+            pass
+        # Anything started outside a test was put here: it goes too.
+        (self.base / "cgroup.kill").write_text("1")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                self.base.rmdir()
+                break
+            except OSError:
+                time.sleep(0.02)
+
+    def argv(self, cgroup, cwd, cmd):
+        """The launcher's command line that runs `cmd` contained."""
+        return [str(self.launcher), str(cgroup or self.base),
+                str(self.nsfile), str(cwd), str(STUDENT_UID),
+                str(STUDENT_GID), "--", *cmd]
+
+
+class Sandbox:
+    """Where a grading session's student programs run, test by test: a
+    scratch directory each, and (contained) a cgroup each inside the
+    session's Containment; uncontained, the leftovers of each test are
+    found below the grader (a child subreaper) and killed."""
+
+    def __init__(self, course, read_only=(), hide=("solutions", ".git")):
+        self.course = Path(course)
         self.contained = False
+        self.containment = None
         self.why_not = ""
         self.scratch = None
         self.cgroup = None
         self.count = 0
         self.trusted = set()        # pids of live unsandboxed Procs
-        self.base = None
-        self.nsfile = None
         if os.geteuid() == 0:
             try:
-                self._contain()
+                self.containment = Containment(course, read_only, hide)
                 self.contained = True
             except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
                 self.why_not = f"cannot contain programs: {e}"
@@ -71,76 +166,10 @@ class Sandbox:
             f"rdma-grade-scratch.{os.getpid()}"
         self.scratch_root.mkdir(mode=0o711, exist_ok=True)
 
-    # ---- set-up, once per grading session -------------------------------------
-
-    def _contain(self):
-        for tool in ("unshare", "mount"):
-            if not shutil.which(tool):
-                raise RuntimeError(f"{tool} is missing (util-linux)")
-        # Made on the host by `python3 -m grader build`; here only if not.
-        self.launcher = grader_program(self.course, "evidence/sandbox-exec.c")
-        cg = procs.cgroup2_root()
-        if cg is None:
-            Path("/sys/fs/cgroup").mkdir(exist_ok=True)
-            subprocess.run(["mount", "-t", "cgroup2", "cgroup2",
-                            "/sys/fs/cgroup"], check=True,
-                           capture_output=True)
-            cg = Path("/sys/fs/cgroup")
-        self.base = cg / f"rdma-grade.{os.getpid()}"
-        self.base.mkdir(exist_ok=True)
-        if not (self.base / "cgroup.kill").exists():
-            raise RuntimeError("cgroup v2 without cgroup.kill (kernel < 5.14)")
-        # The namespace file must sit on a private mount of its own.
-        STATE.mkdir(mode=0o700, exist_ok=True)
-        if str(STATE) not in {p for p, _ in procs.mounts()}:
-            subprocess.run(["mount", "--bind", STATE, STATE], check=True,
-                           capture_output=True)
-        subprocess.run(["mount", "--make-private", STATE], check=True,
-                       capture_output=True)
-        self.nsfile = STATE / f"mnt.{os.getpid()}"
-        self.nsfile.touch()
-        ro = {str(self.course)} | {str(p) for p in self.read_only}
-        ro |= {p for p, t in procs.mounts() if t == "9p"}
-        lines = ["set -e"]
-        for p in sorted(ro):
-            lines.append(f"mount --bind '{p}' '{p}'")
-            lines.append(f"mount -o remount,bind,ro '{p}'")
-        for name in self.hide:
-            p = self.course / name
-            if p.is_dir():
-                lines.append(f"mount -t tmpfs -o ro,size=4k,mode=0555 "
-                             f"hidden '{p}'")
-            elif p.exists():
-                lines.append(f"mount --bind /dev/null '{p}'")
-        for p in ro | {str(self.course / n) for n in self.hide}:
-            if "'" in p:
-                raise RuntimeError(f"cannot sandbox a path with a quote: {p}")
-        res = subprocess.run(
-            ["unshare", f"--mount={self.nsfile}", "--propagation", "private",
-             "--", "sh", "-c", "\n".join(lines)],
-            capture_output=True, text=True)
-        if res.returncode != 0:
-            raise RuntimeError("setting up the read-only view failed: "
-                               + res.stderr.strip())
-
     def close(self):
         self.end_test()
-        if self.nsfile:
-            subprocess.run(["umount", self.nsfile], capture_output=True)
-            try:
-                self.nsfile.unlink(missing_ok=True)
-            except OSError:
-                pass
-        if self.base:
-            # Anything started outside a test was put here: it goes too.
-            (self.base / "cgroup.kill").write_text("1")
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                try:
-                    self.base.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.02)
+        if self.containment:
+            self.containment.close()
         shutil.rmtree(self.scratch_root, ignore_errors=True)
 
     # ---- per test ---------------------------------------------------------------
@@ -153,7 +182,7 @@ class Sandbox:
         self.scratch.mkdir(mode=0o700)
         if self.contained:
             os.chown(self.scratch, STUDENT_UID, STUDENT_GID)
-            self.cgroup = self.base / f"t{self.count}"
+            self.cgroup = self.containment.base / f"t{self.count}"
             self.cgroup.mkdir()
 
     def end_test(self):
@@ -217,7 +246,4 @@ class Sandbox:
         env.pop("TMPDIR", None)
         if not self.contained:
             return list(cmd), str(cwd), env
-        cgroup = self.cgroup or self.base
-        argv = [str(self.launcher), str(cgroup), str(self.nsfile), str(cwd),
-                str(STUDENT_UID), str(STUDENT_GID), "--", *cmd]
-        return argv, "/", env
+        return self.containment.argv(self.cgroup, cwd, cmd), "/", env

@@ -38,6 +38,7 @@ def graded(tmp_path_factory):
 
 
 @pytest.mark.device
+@pytest.mark.timeout(1500)          # the first one grades two whole trees
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_attack_scores_no_more_than_the_skeleton(graded, skeletons_grade,
                                                  attack):
@@ -50,6 +51,7 @@ def test_attack_scores_no_more_than_the_skeleton(graded, skeletons_grade,
 
 
 @pytest.mark.device
+@pytest.mark.timeout(1500)
 def test_results_agree_with_the_console(graded):
     data = json.loads(graded["results"].read_text())
     last = graded["out"].rstrip().splitlines()[-1]
@@ -59,6 +61,7 @@ def test_results_agree_with_the_console(graded):
 
 
 @pytest.mark.device
+@pytest.mark.timeout(1500)
 def test_the_checkout_is_left_as_it_was(graded):
     # Only the grader's own ignored products may appear.
     new = [line for line in graded["after"].splitlines()
@@ -72,6 +75,7 @@ def test_the_checkout_is_left_as_it_was(graded):
 
 
 @pytest.mark.device
+@pytest.mark.timeout(1500)
 @pytest.mark.instructor
 def test_an_include_of_the_solution_is_refused(graded):
     lesson = hostile.lesson_of("include")
