@@ -5,12 +5,12 @@ python3 -m grader hint - make hint (grader/run/hint.py);
 python3 -m grader symptoms [--write] NN - a lesson's Common failures table,
 rendered from its lesson.toml (grader/session/symptoms.py);
 python3 -m grader student-repo OUT - make student-repo (grader/classroom/studentrepo.py);
-python3 -m grader grade-class ... - make grade-class (grader/classroom/gradebook.py);
+python3 -m grader grade-class ... - make grade-class (grader/classroom/classrun.py);
 python3 -m grader gradescope - make gradescope (grader/classroom/gradescope.py)."""
 
 import sys
 
-from grader.classroom import ci, gradebook, gradescope, studentrepo
+from grader.classroom import ci, classrun, gradescope, studentrepo
 from grader.run import grade, hint, status
 from grader.session import symptoms
 
@@ -39,9 +39,9 @@ if __name__ == "__main__":
     if verb == "status":
         sys.exit(status.main(sys.argv[2:]))
     if verb == "grade-class":
-        sys.exit(gradebook.main(sys.argv[2:]))
+        sys.exit(classrun.main(sys.argv[2:]))
     if verb == "class-run":
-        sys.exit(gradebook.class_run_main(sys.argv[2:]))
+        sys.exit(classrun.class_run_main(sys.argv[2:]))
     if verb == "student-repo":
         sys.exit(studentrepo.main(sys.argv[2:]))
     if verb == "gradescope":

@@ -35,7 +35,7 @@ from grader.core.course import COURSE, lesson_names  # noqa: F401
 SYSTEM_HEADERS = ("/usr/",)
 STAMP = ".build.json"
 RC_FILE = Path("05-send-recv") / "rc.c"     # lesson 05's connection
-PRELAB = "prelab"   # in a build: a pre-lab's files (grader/classroom/gradebook.py)
+PRELAB = "prelab"   # in a build: a pre-lab's files (grader/classroom/classrun.py)
 
 
 def links_rc(course, name):

@@ -203,9 +203,8 @@ def test_prelab_grades_the_predictions_at_their_own_deadline(tmp_path):
     tests grade that one; a later commit's right predictions do not count.
     The grading half runs here, on the host: the prediction tests read
     predictions.c and need no device."""
-    from types import SimpleNamespace
     sys.path.insert(0, str(COURSE))
-    from grader.classroom.gradebook import Gradebook, Sub
+    from grader.classroom.classrun import Sub, write_prelab
     from grader.core.build import compile_lesson
 
     repo = tmp_path / "subs" / "frank"
@@ -222,14 +221,11 @@ def test_prelab_grades_the_predictions_at_their_own_deadline(tmp_path):
     git(repo, "commit", "-qam", "late", date="2026-01-12T10:00:00+00:00")
 
     def grade(prelab):
-        book = Gradebook(SimpleNamespace(
-            out=str(tmp_path / "out"), submissions=str(tmp_path / "subs"),
-            lesson="09", prelab=prelab))
         sub = Sub("frank", repo)
         sub.src = repo / "skeletons"
         compile_lesson(COURSE, sub.src, "09-failures")
         if prelab:
-            book.write_prelab(sub, "09-failures")
+            write_prelab(sub, "09-failures", prelab[0].split("=", 1)[1])
         res = subprocess.run(
             [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini",
              "--rootdir", ".", "-p", "grader.session.plugin", "-qq",

@@ -3,7 +3,7 @@ lessons' tests are imported once (seconds under the micro-VM's emulation),
 then each grading is a fork that runs pytest.main() and exits.
 
 Used by the warm grader (server.py), make grade-class's batches
-(grader/classroom/gradebook.py: class-run) and the mutants' self-check.
+(grader/classroom/classrun.py: class-run) and the mutants' self-check.
 Whatever a session leaves behind goes with it (end_session): its process
 tree, its cgroup, its sandbox's cgroup, mount namespace and scratch.
 """
