@@ -10,10 +10,12 @@ import re
 import string
 
 from grader import GradeFailure, expect, expect_line, expect_match, points
+from grader.core.harness import prog_prefixed
 
 PROG = "qp_states"
 NO_SUCH = "nosuchdev0"
-STATE_RE = re.compile(r"^([AB]) qpn 0x([0-9a-f]{6}) state (\S+)$", re.M)
+STATE_RE = re.compile(prog_prefixed(
+    r"^([AB]) qpn 0x([0-9a-f]{6}) state (\S+)$"), re.M)
 
 
 def _states(text):
