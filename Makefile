@@ -24,6 +24,9 @@
 #   make bench-vm        micro-VM boot-to-ready time, with-rxe overhead, and a
 #                        round trip in one VM against a linked pair
 #   make bench-grade     wall time of grading all solutions and of make test
+#   make bench-stability [N=5] [LESSON=..]  grade solutions and skeletons N times
+#                        quiet, N with every core busy, N in half a CPU: the
+#                        tests that lost points, the skeleton scores that moved
 #   make student-repo OUT=DIR   the students' repository: no solutions (INSTRUCTORS.md)
 #   make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME]
 #                        [PRELAB=NN=ISO-TIME] [FORCE=1] [ROSTER=FILE] [BATCH=N] [TIMEOUT=S]
@@ -64,7 +67,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-latency deps clean \
+.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-stability bench-latency deps clean \
 	student-repo grade-class bench-class gradescope vm-kernel-update vm-cache-export vm-cache-import bench-arm64
 
 comma := ,
@@ -128,6 +131,10 @@ bench-vm:
 
 bench-grade:
 	@grader/selftest/bench-grade.sh
+
+N ?= 5
+bench-stability:
+	@N='$(N)' LESSON='$(LESSON)' TEST='$(TEST)' grader/selftest/bench-stability.sh
 
 # Two busy-polling processes need a CPU each: the guest gets 2 vCPUs
 # (RXE_VM_SMP_BENCH=N for another count; with 1 the scheduler sets the pace).

@@ -59,6 +59,8 @@ PACKAGES=(
 	"$qemu" busybox-static cpio
 	# lesson tools: plots, leak checks, dropping privileges (setpriv)
 	gnuplot-nox valgrind util-linux procps
+	# make bench-stability: every host core busy beside the grading
+	stress-ng
 )
 # Ubuntu lacks Debian's archive keyring, which make vm-kernel-update needs
 # to check the archive's signatures (Debian's apt depends on it).

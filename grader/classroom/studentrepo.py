@@ -37,6 +37,8 @@ INSTRUCTOR_ONLY = [
     "grader/selftest/test_gradescope.py",
     "grader/classroom/bench-class.sh",
     "grader/selftest/bench-grade.sh",            # grades solutions/
+    "grader/selftest/bench-stability.sh",        # grades solutions/
+    "grader/selftest/test_variants.py",          # the solutions, restyled
     "grader/classroom/gradescope-files/",         # make gradescope's templates
     str(TEMPLATES) + "/",
     "INSTRUCTORS.md",

@@ -6,6 +6,7 @@ print megabytes or binary garbage) may hang or crash the grader.
 """
 
 import ctypes.util
+import difflib
 import os
 import re
 import shutil
@@ -274,7 +275,7 @@ class Proc:
         """Wait until stdout matches `regex` (a line-oriented search). Fails
         with the program's output if it exits or the time runs out first."""
         timeout = self.timeout if timeout is None else timeout
-        pat = re.compile(regex, re.M)
+        pat = re.compile(prog_prefixed(regex), re.M)
         deadline = time.monotonic() + timeout
         with self.cond:
             while True:
@@ -372,6 +373,19 @@ def run(cmd, timeout=DEFAULT_TIMEOUT, input=None, env=None, cwd=None,
 
 # ---- checks -------------------------------------------------------------------
 
+# A line the grader looks for may start with the program's name, as err(3)
+# and perror(argv[0]) write it ("reg_mr: ..." or "/path/to/reg_mr: "): the
+# checks are about what a line says. A line that must be verbatim (a CSV
+# row, lesson 09's experiment lines) is not matched through these.
+PROG_PREFIX = r"(?:[^\s:]+: )?"
+
+
+def prog_prefixed(regex):
+    """`regex` with an optional PROG_PREFIX after its leading `^` (one not
+    anchored at the line's start matches after a prefix already)."""
+    return "^" + PROG_PREFIX + regex[1:] if regex.startswith("^") else regex
+
+
 def _show(v):
     if isinstance(v, str) and "\n" in v:
         return "\n" + "\n".join("  | " + line for line in v.splitlines())
@@ -386,22 +400,39 @@ def expect(got, expected, what):
 
 
 def expect_match(text, regex, what):
-    """Fail unless `regex` matches somewhere in `text` (multi-line mode);
-    returns the match."""
-    m = re.search(regex, text, re.M)
+    """Fail unless `regex` matches somewhere in `text` (multi-line mode; a
+    line may start with `PROG: `); returns the match."""
+    m = re.search(prog_prefixed(regex), text, re.M)
     if not m:
-        raise GradeFailure(f"{what}\n  expected a line matching: /{regex}/\n"
+        raise GradeFailure(f"{what}\n  expected a line matching: /{regex}/"
+                           f"{_PREFIX_NOTE if regex.startswith('^') else ''}\n"
                            f"  got:{_show(text) if text else ' (no output)'}")
     return m
 
 
+_PREFIX_NOTE = " (after an optional 'PROG: ')"
+
+
 def expect_line(text, line, what):
-    """Fail unless `line` is one of the lines of `text` (ignoring trailing
-    white space)."""
+    """Fail unless `line` is one of the lines of `text`, optionally after
+    `PROG: ` (ignoring trailing white space). The failure names the line
+    nearest to it, and where the two first differ."""
+    want = line.rstrip()
     lines = [x.rstrip() for x in text.splitlines()]
-    if line.rstrip() not in lines:
-        raise GradeFailure(f"{what}\n  expected the line: {line!r}\n"
-                           f"  got:{_show(text) if text else ' (no output)'}")
+    prefixed = re.compile(PROG_PREFIX + re.escape(want))
+    if any(x == want or prefixed.fullmatch(x) for x in lines):
+        return
+    near = difflib.get_close_matches(
+        want, [re.sub("^" + PROG_PREFIX, "", x) for x in lines], 1, 0.6)
+    diff = ""
+    if near:
+        at = next((i for i, (a, b) in enumerate(zip(want, near[0]))
+                   if a != b), min(len(want), len(near[0])))
+        diff = (f"\n  nearest:  {near[0]!r}\n  they differ from character "
+                f"{at + 1}: {want[at:at + 20]!r} vs {near[0][at:at + 20]!r}")
+    raise GradeFailure(f"{what}\n  expected the line: {line!r}"
+                       f"{_PREFIX_NOTE}{diff}\n"
+                       f"  got:{_show(text) if text else ' (no output)'}")
 
 
 # ---- leaks ---------------------------------------------------------------------

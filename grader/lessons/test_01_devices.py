@@ -21,19 +21,22 @@ import secrets
 import pytest
 
 from grader import GradeFailure, expect, expect_match, points
-from grader.core.harness import leak_checker
+from grader.core.harness import leak_checker, prog_prefixed
 from grader.evidence.interpose import Spy, build_interposer
 from grader.evidence.rxe import SYSFS_IB
 
 PROG = "devinfo"
 NO_SUCH = "nosuchdev0"
 
-DEVICE_RE = re.compile(r"^device (\S+) node_guid ([0-9a-f]{4}(?::[0-9a-f]{4}){3}) "
-                       r"transport (\S+) ports (\d+)$", re.M)
-PORT_RE = re.compile(r"^port (\S+)/(\d+) state (\S+) active_mtu (\d+) "
-                     r"link_layer (\S+)$", re.M)
-GID_RE = re.compile(r"^gid (\S+)/(\d+)/(\d+) ([0-9a-f]{4}(?::[0-9a-f]{4}){7}) "
-                    r"(\S+)$", re.M)
+# A line may start with 'PROG: ' (harness.prog_prefixed).
+DEVICE_RE = re.compile(prog_prefixed(
+    r"^device (\S+) node_guid ([0-9a-f]{4}(?::[0-9a-f]{4}){3}) "
+    r"transport (\S+) ports (\d+)$"), re.M)
+PORT_RE = re.compile(prog_prefixed(
+    r"^port (\S+)/(\d+) state (\S+) active_mtu (\d+) link_layer (\S+)$"),
+    re.M)
+GID_RE = re.compile(prog_prefixed(
+    r"^gid (\S+)/(\d+)/(\d+) ([0-9a-f]{4}(?::[0-9a-f]{4}){7}) (\S+)$"), re.M)
 
 
 def _sysfs(*parts):

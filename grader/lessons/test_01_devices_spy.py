@@ -10,6 +10,7 @@ import secrets
 import pytest
 
 from grader import GradeFailure, expect, points
+from grader.core.harness import prog_prefixed
 from grader.evidence.interpose import Spy, build_interposer
 
 PROG = "devinfo"
@@ -37,8 +38,8 @@ def test_guid_from_verbs(build, rdma, spy_lib):
         raise GradeFailure(f"{how}\nthe program called neither "
                            f"ibv_get_device_guid() nor ibv_query_device() "
                            f"(the interposer saw no call)")
-    m = re.search(DEVICE_RE.format(dev=re.escape(rdma.device)), res.stdout,
-                  re.M)
+    m = re.search(prog_prefixed(DEVICE_RE.format(dev=re.escape(rdma.device))),
+                  res.stdout, re.M)
     if not m:
         raise GradeFailure(f"no 'device {rdma.device} node_guid ...' line in "
                            f"the output of: {how}\n{res.describe()}")

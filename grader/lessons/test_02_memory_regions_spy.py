@@ -6,8 +6,19 @@ flags, and how long the real call took.
 - reg_mr: the one registration has the length and exactly the access flags
   asked for (a random valid set, fresh per run).
 - reg_cost: it made the registrations its CSV describes, and each reported
-  median is within a factor of FACTOR (or SLACK_US) of the median the
+  median lies between half and 3 times (plus HIGH_US) the median the
   interposer measured around the real calls of that size.
+
+Both sides hold at any speed. The program times the same calls, so its
+interval contains the interposer's: a reported median is never below the
+real one (half of it leaves room for a coarser clock or an extra untimed
+call of that size), while made-up numbers or a timer around nothing fall
+below it at the small sizes. Above it, the interposer's own two clock reads
+and its record sit inside the program's interval: 3-5 us a call in the
+micro-VM, but a clock read there is an emulated HPET access that can wait
+tens of microseconds for QEMU's lock (a solution's 8 KiB dereg printed
+84 us for 14.6 us real, the host loaded, in 2 of 3 calls). HIGH_US holds
+that and more; -n 5 calls per size make the median need 3 such calls.
 """
 
 import secrets
@@ -19,8 +30,8 @@ from grader.evidence.interpose import Spy, build_interposer, parse_int
 
 FLAGS = {"local_write": 1, "remote_write": 2, "remote_read": 4,
          "remote_atomic": 8}
-COST_ARGS = ("--max-size", "4M", "-n", "3")
-FACTOR, SLACK_US = 3.0, 40.0
+COST_ARGS = ("--max-size", "4M", "-n", "5")
+LOW, FACTOR, HIGH_US = 0.5, 3.0, 200.0
 
 
 @pytest.fixture(scope="module")
@@ -85,14 +96,16 @@ def test_reg_cost_timed(build, rdma, spy_lib):
                                 f"{COST_ARGS[-1]}")
                 continue
             real = _median(calls)
-            if not (real / FACTOR - SLACK_US <= printed
-                    <= real * FACTOR + SLACK_US):
+            # 0.01: the CSV's two decimals
+            if not (real * LOW - 0.01 <= printed
+                    <= real * FACTOR + HIGH_US):
                 problems.append(f"size {size}: printed {kind[:-3]}_us "
                                 f"{printed:.1f}, the real calls took "
                                 f"{real:.1f} us (median of {len(calls)})")
     if not rows or problems:
         raise GradeFailure(
             f"{how}\nthe interposer timed the program's own ibv_reg_mr()/"
-            f"ibv_dereg_mr() calls; each printed median must be within a "
-            f"factor of {FACTOR:g} (or {SLACK_US:g} us) of them:\n  "
+            f"ibv_dereg_mr() calls; each printed median must lie between "
+            f"{LOW:g} and {FACTOR:g} times theirs (plus {HIGH_US:g} us, the "
+            f"interposer's own clock reads):\n  "
             + "\n  ".join(problems or ["no rows printed"]))

@@ -19,11 +19,13 @@ import string
 import pytest
 
 from grader import GradeFailure, expect, expect_line, expect_match, points
+from grader.core.harness import prog_prefixed
 from grader.evidence.interpose import Spy, build_interposer
 
 PROG = "qp_states"
 NO_SUCH = "nosuchdev0"
-STATE_RE = re.compile(r"^([AB]) qpn 0x([0-9a-f]{6}) state (\S+)$", re.M)
+STATE_RE = re.compile(prog_prefixed(
+    r"^([AB]) qpn 0x([0-9a-f]{6}) state (\S+)$"), re.M)
 STATES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE",
           6: "ERR"}
 EINVAL = 22

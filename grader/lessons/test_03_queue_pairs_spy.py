@@ -23,11 +23,12 @@ import time
 import pytest
 
 from grader import GradeFailure, expect, expect_line, points
-from grader.core.harness import run
+from grader.core.harness import prog_prefixed, run
 from grader.evidence.interpose import Spy, build_interposer
 
 PROG = "qp_states"
-STATE_RE = re.compile(r"^([AB]) qpn 0x([0-9a-f]{6}) state (\S+)$", re.M)
+STATE_RE = re.compile(prog_prefixed(
+    r"^([AB]) qpn 0x([0-9a-f]{6}) state (\S+)$"), re.M)
 STATES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE",
           6: "ERR"}
 
@@ -56,7 +57,7 @@ def spied_run(build, rdma):
     kernel = None
     with build.start(PROG, "--msg", msg, ready=None, env=spy.env) as proc:
         pid = proc.proc.pid
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60     # bounds a hang
         while proc.proc.poll() is None and time.monotonic() < deadline:
             if _stopped(pid):
                 res = run(["rdma", "-j", "resource", "show", "qp"])

@@ -102,8 +102,8 @@ def test_one_sided(main_run):
 
 @points(3, "a READ past the advertised buffer: remote access error")
 def test_read_past_end(build, rdma):
-    srv, cli, _ = pair(build, rdma, PROG, ["-s", "4096", "-t", "3"],
-                        ["-s", "8192", "-t", "3"])
+    srv, cli, _ = pair(build, rdma, PROG, ["-s", "4096", "-t", T],
+                        ["-s", "8192", "-t", T])
     clean_failure(cli, "client reading 8192 bytes from a 4096-byte MR", 30)
     expect_match(cli.stderr, r"completion error: remote access error",
                  "client stderr")

@@ -90,6 +90,10 @@ EXPECTED = {
             "test_12_atomics.py::test_unaligned",
         },
     },
+    # Event mode arms the CQ and takes its events, but waits by spinning.
+    "spinning-events": {
+        "10-events": {"test_10_events.py::test_cpu"},
+    },
     # The READ carries filler, the payload crosses the TCP side channel.
     "tcp-payload": {
         "07-rdma-read": {
@@ -115,6 +119,8 @@ CONVINCED = {
     "08-rdma-cm": ["test_08_rdma_cm.py::test_server_detects_corruption"],
     "09-failures": ["test_09_failures.py::test_list"],
     "12-atomics": ["test_12_atomics.py::test_server_checks_counter"],
+    "10-events": ["test_10_events.py::test_peer_server",
+                  "test_10_events.py::test_uses_channel"],
 }
 
 

@@ -15,8 +15,11 @@ when it ends, whatever happened: `ok` (the protocol ran to its end),
 `error` (what went wrong, from the peer's side), the checks it made, and
 `remote_qp`, what the kernel (`rdma resource show qp`) says about the QP
 the program named in its qp_info: its owner's pid, its state.
-Every wait is bounded by --timeout; nothing is sent on TCP beyond what the
-protocol requires.
+Every wait is bounded by --timeout (a server's wait for the program to
+connect by --accept-timeout, when given); nothing is sent on TCP beyond what
+the protocol requires. --pace-ms (lesson 05) makes each of the peer's SENDs
+wait that long first: the program then waits for every message by
+construction (lesson 10's CPU test).
 """
 
 import argparse
@@ -72,7 +75,8 @@ class Session:
         elif a.role == "server":
             lsock = oob.listen(a.port)
             self.out(f"listening on port {lsock.getsockname()[1]}")
-            self.sock = oob.accept(lsock, a.timeout)
+            self.sock = oob.accept(lsock, a.accept_timeout or a.timeout)
+            self.sock.settimeout(a.timeout)
         else:
             self.sock = oob.connect(a.host, a.port, a.timeout)
 
@@ -148,6 +152,10 @@ class Session:
             r["verified"] = i + 1
 
         def send(i):
+            if a.pace_ms:
+                # Paced (lesson 10's CPU test): the program under test
+                # waits this long for every message, by construction.
+                time.sleep(a.pace_ms / 1000)
             data = patterns.msg(i, me, size)
             if i == a.corrupt_msg:
                 data = patterns.corrupt(data, a.corrupt_offset)
@@ -294,7 +302,9 @@ class Session:
                 # every QP must stay referenced: a collected one is destroyed
                 res = first if k == 0 else SharedRc(first, self.AT_QP)
                 qps.append(res)
-                sock = oob.accept_one(self.lsock, a.timeout)
+                sock = oob.accept_one(self.lsock,
+                                      a.accept_timeout or a.timeout)
+                sock.settimeout(a.timeout)
                 socks.append(sock)
                 theirs = oob.exchange(sock, res.advertise())
                 r["clients"].append({"qpn": theirs.qpn})
@@ -565,6 +575,10 @@ def main(argv=None):
     p.add_argument("--timeout", type=int, default=10)
     p.add_argument("--corrupt-msg", type=int, default=None)
     p.add_argument("--corrupt-offset", type=int, default=None)
+    p.add_argument("--pace-ms", type=int, default=0)     # 05: each send waits
+    # A server's wait for the program to connect (default: --timeout): it
+    # includes the program's start, slow on a loaded machine.
+    p.add_argument("--accept-timeout", type=int, default=0)
     p.add_argument("--clients", type=int, default=2)     # 12, server
     p.add_argument("--start", type=int, default=0)       # 12, server
     p.add_argument("--skip", type=int, default=0)        # 12, client
