@@ -28,7 +28,8 @@ from grader.evidence.rxe import Rdma
 from grader.evidence.trusted import run as peers
 from grader.evidence.sandbox import Sandbox
 
-HUNG_TIMEOUT = 5            # seconds per wait once a lesson's program hung
+HUNG_TIMEOUT = 5            # seconds per wait once a lesson's program hung,
+HUNG_BUDGET = 10            # ... and in all, for the rest of the lesson
 LESSON_FILE = re.compile(r"test_(\d\d)_")
 
 
@@ -73,6 +74,11 @@ class Lesson:
     def final_line(self, prog):
         """lesson.toml [final_line]: the regex of PROG's last line."""
         return self.meta.get("final_line", {}).get(prog)
+
+
+def _test_name(nodeid):
+    """grader/lessons/test_05_x.py::test_a[p] -> test_a"""
+    return nodeid.split("::")[-1].split("[")[0]
 
 
 def find_lessons(course):
@@ -148,20 +154,26 @@ class Build:
 
     def _timeout(self, timeout):
         t = self.lesson.timeout if timeout is None else timeout
-        # Once a program of the lesson hung, every later wait is short: a
-        # hanging lesson costs one full timeout, not one per test.
-        return min(t, HUNG_TIMEOUT) if self.hung else t
+        # Once a program of the lesson hung, every later wait is short (the
+        # harness caps them all, see _saw).
+        return harness.capped(t)
 
     def _saw(self, result, prog=None):
         if prog:
             result.prog = prog
         if result.timed_out and not self.hung:
             self.hung = result.command
+            # A hanging lesson costs one full timeout, not one per test:
+            # from now on every wait of the lesson - its programs', the
+            # reference peers', whatever timeout a test asked for - is cut
+            # (the next lesson lifts it, Grader.pytest_runtest_logstart).
+            harness.limit_waits(HUNG_TIMEOUT, HUNG_BUDGET)
 
     def hung_note(self):
         if self.hung:
             return (f"note: a program of this lesson hung ({self.hung}), so "
-                    f"the lesson's later waits were cut to {HUNG_TIMEOUT} s")
+                    f"the lesson's later waits were cut to {HUNG_TIMEOUT} s "
+                    f"each, {HUNG_BUDGET} s in all (at least 1 s each)")
         return None
 
     def run(self, prog, *args, timeout=None, input=None, env=None, wrap=()):
@@ -190,6 +202,29 @@ class Build:
         """The command line that runs @prog with @args, as a student would
         type it: for failure messages ('reproduce: ...')."""
         return " ".join([str(self.path(prog)), *map(str, args)])
+
+
+# ---- reporting ------------------------------------------------------------------
+
+ONE_LINE_MAX = 300
+
+
+def one_line(lines):
+    """A failure in one line, a whole sentence: the message's first line
+    (with its expected/got lines when they are short), never cut
+    mid-word; one that is too long ends at a clause, and says so."""
+    line = lines[0].rstrip()
+    rest = [x.strip() for x in lines[1:3]]
+    if (line and len(rest) == 2 and rest[0].startswith("expected")
+            and rest[1].startswith("got") and
+            len(rest[0]) + len(rest[1]) < 160):
+        line = f"{line.rstrip(':')}: {rest[0]}, {rest[1]}"
+    if len(line) <= ONE_LINE_MAX:
+        return line
+    cut = max(line.rfind(sep, 0, ONE_LINE_MAX) for sep in (": ", "; ", ", "))
+    if cut < ONE_LINE_MAX // 2:
+        cut = line.rfind(" ", 0, ONE_LINE_MAX)
+    return line[:cut] + " ... (V=1 shows it whole)"
 
 
 # ---- the plugin ---------------------------------------------------------------
@@ -263,6 +298,10 @@ class Grader:
         self.status_path = config.getoption("status")
         self.verbose = config.getoption("verbose_failures")
         self.shown_in_full = set()  # lessons whose first failure was shown
+        self.hint_shown = set()     # nodeids whose failure showed its hint
+        self.unfinished = None      # the first lesson short of full marks
+        self.compact = set()        # lessons shown as their subtotal only
+        self.all_tests = {}         # number -> {test: (points, title)}
         self.sandbox = None
         self.trusted = set()
 
@@ -279,7 +318,7 @@ class Grader:
             self.builds[num] = Build(lesson, self.src, self.course, out,
                                      prebuilt=self.prebuilt,
                                      sandbox=self.get_sandbox())
-            if lesson.warnings:
+            if lesson.warnings and num not in self.compact:
                 self.write("  compiler warnings (reproduce: "
                            f"{self.builds[num].repro}):")
                 for line in lesson.warnings.splitlines():
@@ -327,6 +366,8 @@ class Grader:
             if not mark or len(mark.args) != 2:
                 raise pytest.UsageError(f"{item.nodeid}: every grader test "
                                         f"needs @points(N, 'title')")
+            self.all_tests.setdefault(num, {})[_test_name(item.nodeid)] = \
+                tuple(mark.args)
             if self.test_filter and not self.selected(item, mark.args[1]):
                 dropped.append(item)
                 continue
@@ -365,7 +406,19 @@ class Grader:
         num = self.items[nodeid][0]
         first = not any(self.items[n][0] == num for n in self.outcome)
         if first:
+            # A hang in the last lesson cut its waits, not this one's.
+            harness.limit_waits()
             lesson = self.lesson(num)
+            if self.unfinished and not self.verbose:
+                # Several lessons short of full marks: the first one in
+                # detail, the others as their subtotal (make grade
+                # LESSON=NN shows one, V=1 all).
+                if not self.compact:
+                    self.write(f"(the lessons after {self.unfinished}: "
+                               f"their subtotals only; make grade "
+                               f"LESSON=NN shows one in full, V=1 all)")
+                self.compact.add(num)
+                return
             self.write(f"== {lesson.name}: {lesson.title} ==")
 
     def pytest_runtest_setup(self, item):
@@ -461,16 +514,26 @@ class Grader:
     def pytest_runtest_logfinish(self, nodeid, location):
         num, pts, title = self.items[nodeid]
         rec = self.outcome[nodeid]
+        if not rec["passed"] and self.unfinished is None:
+            self.unfinished = num
+        if num in self.compact:
+            if nodeid in self.last_of_lesson:
+                got, total = self.subtotal(num)
+                b = self.builds.get(num)
+                why = " (does not compile)" if b and b.error else ""
+                self.write(f"  {self.lesson(num).name}: {got}/{total}{why}")
+            return
         verdict = "OK" if rec["passed"] else "FAIL"
         self.write(f"  {title} ... {verdict} ({rec['duration']:.1f}s)")
         if not rec["passed"]:
             lines = rec["output"].splitlines() or [""]
             if self.verbose or num not in self.shown_in_full:
                 self.shown_in_full.add(num)
+                self.hint_shown.add(nodeid)
             else:
                 # Later failures of a lesson: one line (V=1 shows them all).
-                lines = [lines[0][:150]] + [x for x in lines
-                                            if x.startswith("transcript: ")]
+                lines = [one_line(lines)] + [x for x in lines
+                                             if x.startswith("transcript: ")]
             for line in lines:
                 self.write("      " + line)
         if nodeid in self.last_of_lesson:
@@ -519,7 +582,7 @@ class Grader:
             p = Path(self.results_path)
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(json.dumps(data, indent=2) + "\n")
-        if self.status_path and not self.test_filter:
+        if self.status_path:
             self.save_status()
         if self.config.getoption("summary"):
             self.save_summary(Path(self.config.getoption("summary")))
@@ -541,8 +604,10 @@ class Grader:
         path.write_text(json.dumps({"lessons": lessons}, indent=2) + "\n")
 
     def save_status(self):
-        """.grade/status.json: per lesson, the last full grading of it
-        (make status reads it)."""
+        """.grade/status.json: per lesson, where it stands (make status
+        reads it; make hint reads its first failing test). Each test's
+        last result is kept: a TEST= run updates its tests and leaves the
+        others' results as the last grading left them."""
         path = Path(self.status_path)
         try:
             status = json.loads(path.read_text())
@@ -550,28 +615,69 @@ class Grader:
             status = {}
         when = time.strftime("%Y-%m-%d %H:%M")
         for num in sorted({n for n, _, _ in self.items.values()}):
-            got, total = self.subtotal(num)
-            first = next((nid for nid, (n, _, _) in self.items.items()
-                          if n == num and not self.outcome.get(
-                              nid, {}).get("passed")), None)
-            status[self.lesson(num).name] = {
-                "got": got, "total": total, "when": when,
-                "src": str(self.src),
-                "first_failing": self.items[first][2] if first else "",
-                "first_failing_test": (first.split("::")[-1].split("[")[0]
-                                       if first else ""),
+            name = self.lesson(num).name
+            old = status.get(name, {})
+            known = (old.get("tests", {}) if self.test_filter and
+                     old.get("src") == str(self.src) else {})
+            tests = {}
+            # Every test of the lesson, in the order of its files.
+            for test, (pts, title) in self.all_tests.get(num, {}).items():
+                tests[test] = known.get(test) or {
+                    "title": title, "points": pts, "passed": None}
+            for nid, (n, pts, title) in self.items.items():
+                if n == num and nid in self.outcome:
+                    tests[_test_name(nid)] = {
+                        "title": title, "points": pts, "when": when,
+                        "passed": bool(self.outcome[nid]["passed"]),
+                        "causes": self.causes.get(nid, []),
+                        # its block was shown in full, with its hint
+                        # unless causes stood in for it
+                        "hint_shown": nid in self.hint_shown}
+            first = next((t for t, r in tests.items()
+                          if r["passed"] is False), "")
+            rec = tests.get(first, {})
+            status[name] = {
+                "got": sum(r["points"] for r in tests.values()
+                           if r["passed"]),
+                "total": sum(r["points"] for r in tests.values()),
+                "when": when, "src": str(self.src),
+                # what this grading ran: the whole lesson, or TEST=
+                "test_filter": self.test_filter,
+                "not_graded": [t for t, r in tests.items()
+                               if r["passed"] is None],
+                "first_failing": rec.get("title", ""),
+                "first_failing_test": first,
                 # The failure showed these causes instead of the test's
                 # first hint: make hint starts at that hint.
-                "first_failing_causes": self.causes.get(first, [])}
+                "first_failing_causes": rec.get("causes", []),
+                "first_failing_hint_shown": rec.get("hint_shown", False),
+                "tests": tests}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(status, indent=2) + "\n")
         except OSError:
             pass
 
+    def next_step(self):
+        """The command to run next, when points are missing."""
+        if self.unfinished is None:
+            return None
+        src = "" if self.src == self.course / "skeletons" else \
+            f" SRC={self.src}"
+        lessons = {n for n, _, _ in self.items.values()}
+        if len(lessons) > 1:
+            return (f"next: make grade LESSON={self.unfinished}{src}   (the "
+                    f"first lesson short of full marks; make hint "
+                    f"LESSON={self.unfinished} for a hint)")
+        return f"next: make hint LESSON={self.unfinished}   (a hint for " \
+               f"its first failing test)"
+
     def pytest_unconfigure(self, config):
         if self.items:
             got, total = self.score()
+            step = self.next_step()
+            if step:
+                self.write(step)
             self.write(f"Score: {got}/{total}")
 
 
