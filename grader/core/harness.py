@@ -45,6 +45,7 @@ class Transcript:
         self.parts = []
         self.runs = []          # (Result, student program?) in order
         self.counters = []      # counter deltas the test computed
+        self.spies = []         # interposer records of its runs (text())
 
     def add(self, text):
         self.parts.append(text)
