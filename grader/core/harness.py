@@ -223,34 +223,30 @@ def _record(result, label="run", student=False):
 
 class WaitLimit:
     """Once a program of a lesson has hung, what the lesson's later waits
-    get: at most `each` seconds apiece, `budget` seconds in all (the time
-    spent in waits since), and at least `floor` seconds however little of
-    the budget is left. Whole seconds, so that the kill reads `killed by
-    the grader after N s`."""
+    get: at most `each` seconds apiece, and at most `then` once one of
+    those waits too has ended in a kill (it hangs every time). Whole
+    seconds, so that the kill reads `killed by the grader after N s`."""
 
-    def __init__(self, each, budget, floor):
-        self.each, self.budget, self.floor = each, budget, floor
-        self.spent = 0.0
+    def __init__(self, each, then):
+        self.each, self.then = each, then
 
     def cap(self, timeout):
-        left = max(self.floor, int(self.budget - self.spent))
-        return min(timeout, self.each, left)
+        return min(timeout, self.each)
 
-    def spend(self, seconds):
-        self.spent += seconds
+    def killed(self):
+        self.each = min(self.each, self.then)
 
 
 _limit = None
 
 
-def limit_waits(each=None, budget=None, floor=1):
+def limit_waits(each=None, then=1):
     """From now on every wait of every process (the student's programs,
     reference peers, tools), whatever timeout its caller asked for, is
     capped (WaitLimit); limit_waits() lifts the cap. The grading session
     sets it when a lesson's program hung and lifts it at the next lesson."""
     global _limit
-    _limit = WaitLimit(each, budget if budget is not None else each,
-                       floor) if each else None
+    _limit = WaitLimit(each, then) if each else None
 
 
 def wait_limit():
@@ -265,9 +261,10 @@ def capped(timeout):
     return _limit.cap(timeout)
 
 
-def _spent(since):
+def _killed():
+    """A capped wait ended in a kill."""
     if _limit is not None:
-        _limit.spend(time.monotonic() - since)
+        _limit.killed()
 
 
 # ---- processes --------------------------------------------------------------
@@ -356,15 +353,13 @@ class Proc:
         with the program's output if it exits or the time runs out first."""
         timeout = capped(self.timeout if timeout is None else timeout)
         pat = re.compile(regex, re.M)
-        began = time.monotonic()
-        deadline = began + timeout
+        deadline = time.monotonic() + timeout
         exited = None
         with self.cond:
             while True:
                 m = pat.search(self.out.buf.decode("utf-8", "replace"))
                 if m:
                     self.match = m
-                    _spent(began)
                     return m
                 now = time.monotonic()
                 left = deadline - now
@@ -378,7 +373,6 @@ class Proc:
                 if exited is not None and now - exited > EXIT_GRACE:
                     break
                 self.cond.wait(min(left, 0.1 if exited else 0.5))
-        _spent(began)
         if self.out.eof:
             # stdout closed: the program is exiting; let it finish so its
             # status is reported, not a timeout.
@@ -395,18 +389,19 @@ class Proc:
                f"it {res.status()} before printing a line matching /{regex}/")
         raise GradeFailure(f"{shlex.join(self.cmd)}: {why}\n{res.describe()}")
 
-    def wait(self, timeout=None):
-        """Wait for exit (killing the group at the deadline); the Result."""
+    def wait(self, timeout=None, waited=None):
+        """Wait for exit (killing the group at the deadline); the Result.
+        `waited`: the seconds to report when it is killed, when the caller
+        has waited for it already (timeout 0: kill it now)."""
         if self.result:
             return self.result
         timeout = capped(self.timeout if timeout is None else timeout)
         timed_out = False
-        began = time.monotonic()
         try:
             self.proc.wait(timeout=max(timeout, 0))
         except subprocess.TimeoutExpired:
             timed_out = True
-        _spent(began)
+            _killed()
         # Whatever the program left behind in its group goes too.
         _kill_group(self.proc)
         self.proc.wait()
@@ -422,7 +417,8 @@ class Proc:
         self.result = Result(self.cmd, self.proc.returncode, self.out.text(),
                              self.err.text(),
                              time.monotonic() - self.start_time, timed_out,
-                             timeout, final=self.final)
+                             timeout if waited is None else waited,
+                             final=self.final)
         if self.out.abandoned or self.err.abandoned:
             # Not a failure by itself; the transcript says why the output
             # was not read to its end.

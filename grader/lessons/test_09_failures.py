@@ -134,7 +134,8 @@ def _run_one(build, rdma, exp, wrap, env, how):
                      timeout=40) as proc:
         pid = proc.proc.pid
         # capped: once a program of the lesson hung, this wait is short too
-        deadline = time.monotonic() + capped(30)
+        limit = capped(30)
+        deadline = time.monotonic() + limit
         while proc.proc.poll() is None and time.monotonic() < deadline:
             if _stopped(pid):
                 qps = _kernel("qp", pid)
@@ -142,9 +143,9 @@ def _run_one(build, rdma, exp, wrap, env, how):
                 os.kill(pid, signal.SIGCONT)
                 break
             time.sleep(0.02)
-        # Continued, it only cleans up; still running, it hung: 30 + 10 s
-        # in all, as the 40 s of its start.
-        res = proc.wait(timeout=10)
+        # Neither stopped nor ended within the limit: it hung (killed now).
+        hung = qps is None and proc.proc.poll() is None
+        res = proc.wait(timeout=0, waited=limit) if hung else proc.wait()
     return LabRun(exp, res, qps, mrs, rdma.counters() - before, cmd)
 
 

@@ -156,18 +156,20 @@ def test_a_server_that_exits_leaving_a_daemon_is_not_a_timeout(badprogs):
     assert took < 10, f"{took:.1f} s"
 
 
-def test_the_wait_limit_caps_every_wait_and_shares_a_budget(badprogs):
-    # Whatever timeout a caller asks for: at most `each` per wait, `budget`
-    # in all, at least `floor` each once the budget is spent.
-    harness.limit_waits(each=2, budget=3, floor=1)
+def test_the_wait_limit_caps_every_wait_then_more_after_a_kill(badprogs, tmp_path):
+    # Whatever timeout a caller asks for: at most `each` per wait; once one
+    # of those waits ends in a kill, at most `then`. A program that ends by
+    # itself does not tighten it.
+    harness.limit_waits(each=2, then=1)
     try:
+        fine = harness.run(["true"], timeout=60)
         first = harness.run([badprogs["hang"]], timeout=60)
         second = harness.run([badprogs["hang"]], timeout=60)
-        third = harness.run([badprogs["hang"]], timeout=60)
         with pytest.raises(GradeFailure, match="within 1 s"):
             harness.start([badprogs["hang"]], ready="never", timeout=60)
     finally:
         harness.limit_waits()
-    assert [r.timeout for r in (first, second, third)] == [2, 1, 1]
-    assert third.status() == "killed by the grader after 1 s"
+    assert fine.returncode == 0 and not fine.timed_out
+    assert [r.timeout for r in (first, second)] == [2, 1]
+    assert second.status() == "killed by the grader after 1 s"
     assert harness.capped(60) == 60         # lifted

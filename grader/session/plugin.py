@@ -29,7 +29,7 @@ from grader.evidence.trusted import run as peers
 from grader.evidence.sandbox import Sandbox
 
 HUNG_TIMEOUT = 5            # seconds per wait once a lesson's program hung,
-HUNG_BUDGET = 10            # ... and in all, for the rest of the lesson
+HUNG_AGAIN = 1              # ... and once another one hung too
 LESSON_FILE = re.compile(r"test_(\d\d)_")
 
 
@@ -167,13 +167,13 @@ class Build:
             # from now on every wait of the lesson - its programs', the
             # reference peers', whatever timeout a test asked for - is cut
             # (the next lesson lifts it, Grader.pytest_runtest_logstart).
-            harness.limit_waits(HUNG_TIMEOUT, HUNG_BUDGET)
+            harness.limit_waits(HUNG_TIMEOUT, HUNG_AGAIN)
 
     def hung_note(self):
         if self.hung:
             return (f"note: a program of this lesson hung ({self.hung}), so "
                     f"the lesson's later waits were cut to {HUNG_TIMEOUT} s "
-                    f"each, {HUNG_BUDGET} s in all (at least 1 s each)")
+                    f"(to {HUNG_AGAIN} s once another hung)")
         return None
 
     def run(self, prog, *args, timeout=None, input=None, env=None, wrap=()):
