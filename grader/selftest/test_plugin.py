@@ -341,7 +341,9 @@ def test_a_later_failure_in_one_line_is_a_whole_sentence():
              "1 before printing a line matching /listening on port (\\d+)/")
     assert one_line([first, "command: ..."]) == first   # whole, not cut
     assert one_line(["client stdout", "  expected: 'a'", "  got:      'b'"]) \
-        == "client stdout: expected: 'a', got:      'b'"
+        == "client stdout: expected: 'a', got: 'b'"
+    assert one_line(["stderr", "  expected a line matching: /x/", "  got:",
+                     "  | y"]) == "stderr: expected a line matching: /x/"
     long = "the run, " + "step after step, " * 40 + "failed"
     line = one_line([long])
     assert len(line) < ONE_LINE_MAX + 40

@@ -214,11 +214,13 @@ def one_line(lines):
     (with its expected/got lines when they are short), never cut
     mid-word; one that is too long ends at a clause, and says so."""
     line = lines[0].rstrip()
-    rest = [x.strip() for x in lines[1:3]]
+    rest = [" ".join(x.split()) for x in lines[1:3]]
     if (line and len(rest) == 2 and rest[0].startswith("expected")
             and rest[1].startswith("got") and
             len(rest[0]) + len(rest[1]) < 160):
-        line = f"{line.rstrip(':')}: {rest[0]}, {rest[1]}"
+        # "got:" alone: the text got is on the lines below it
+        got = "" if rest[1] == "got:" else f", {rest[1]}"
+        line = f"{line.rstrip(':')}: {rest[0]}{got}"
     if len(line) <= ONE_LINE_MAX:
         return line
     cut = max(line.rfind(sep, 0, ONE_LINE_MAX) for sep in (": ", "; ", ", "))
