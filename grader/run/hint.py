@@ -54,11 +54,13 @@ def main(argv):
     last = _load(STATUS).get(name, {})
     if not test:
         test = last.get("first_failing_test", "")
-        if not test and last and last.get("got") == last.get("total") \
-                and not last.get("not_graded"):
+        if not test and last:
+            untried = last.get("not_graded") or []
+            rest = (f"; {len(untried)} of its tests were not graded yet: "
+                    f"make grade LESSON={name[:2]}" if untried else "")
             print(f"{name}: nothing is failing ({last['got']}/"
-                  f"{last['total']} in the last grading, {last['when']}): "
-                  f"no hint to give.")
+                  f"{last['total']} in the last grading, {last['when']}"
+                  f"{rest}): no hint to give.")
             return 0
         if not test:
             print(f"no failing test of {name} in the last grading: "
