@@ -32,6 +32,7 @@ against the same key, apart from the experiments.
 
 import ctypes
 import ctypes.util
+import functools
 import hashlib
 import json
 import os
@@ -187,6 +188,7 @@ def lab(build, rdma):
 
 # ---- the header's names, read at grading time --------------------------------
 
+@functools.lru_cache(maxsize=None)
 def _wc_status_names():
     """enum ibv_wc_status from the installed header: [name, ...] by value."""
     text = Path("/usr/include/infiniband/verbs.h").read_text()
@@ -203,11 +205,19 @@ def _wc_status_names():
     return names
 
 
+@functools.lru_cache(maxsize=None)
 def _wc_status_str(num):
-    lib = ctypes.CDLL(ctypes.util.find_library("ibverbs") or "libibverbs.so.1")
+    # (find_library runs ldconfig: seconds under the VM's emulation, once)
+    lib = _libibverbs()
     lib.ibv_wc_status_str.restype = ctypes.c_char_p
     lib.ibv_wc_status_str.argtypes = [ctypes.c_int]
     return lib.ibv_wc_status_str(num).decode()
+
+
+@functools.lru_cache(maxsize=None)
+def _libibverbs():
+    return ctypes.CDLL(ctypes.util.find_library("ibverbs") or
+                       "libibverbs.so.1")
 
 
 # ---- checks --------------------------------------------------------------------
