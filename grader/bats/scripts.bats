@@ -341,3 +341,68 @@ in_memory_cgroup() {
 	assert_line --index 0 --partial "-accel tcg,thread=multi -cpu max -m 2G -smp 2 "
 	assert_line --index 1 --partial "-accel tcg,thread=multi -cpu max -m 300M -smp 2 "
 }
+
+# lesson 11: ib_send_lat's `inf` ------------------------------------------------
+
+# fake_perftest DIR - DIR/ib_send_lat: a stand-in for perftest's that prints
+# t_typical `inf` in its first $FAKE_INF client runs (and always at size
+# $FAKE_INF_SIZE), then 12.50; DIR/latency: a stand-in for the lesson's
+# program (a server that is ready at once, a client with 3 samples).
+fake_perftest() {
+	local dir=$1
+	cat >"$dir/ib_send_lat" <<'FAKE'
+#!/bin/bash
+size=0 host=''
+while [ $# -gt 0 ]; do
+	case $1 in -s) size=$2; shift 2 ;; -[dxpn]) shift 2 ;; *) host=$1; shift ;; esac
+done
+[ -n "$host" ] || { echo "Waiting for client to connect..."; exit 0; }
+n=$(($(cat "$FAKE_DIR/calls" 2>/dev/null || echo 0) + 1))
+echo "$n" >"$FAKE_DIR/calls"
+t=12.50
+if [ "$n" -le "${FAKE_INF:-0}" ] || [ "$size" = "${FAKE_INF_SIZE:-}" ]; then t=inf; fi
+echo " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"
+echo " $size   3          10.00         30.00      $t  	       12.00     	1.00		20.00 		30.00"
+FAKE
+	cat >"$dir/latency" <<'FAKE'
+#!/bin/bash
+t=$1 size=0 csv='' host=''
+shift
+while [ $# -gt 0 ]; do
+	case $1 in -s) size=$2; shift 2 ;; -[pn]) shift 2 ;; --csv) csv=$2; shift 2 ;; *) host=$1; shift ;; esac
+done
+[ -n "$host" ] || { echo "listening on port 5555"; exit 0; }
+printf 'i,rtt_ns\n0,20000\n1,21000\n2,30000\n' >"$csv"
+echo "rtt ${t#--} $size bytes: min 20.00 p50 21.00 p90 30.00 p99 30.00 max 30.00 us (3 round trips)"
+FAKE
+	chmod +x "$dir/ib_send_lat" "$dir/latency"
+}
+
+@test "lesson 11 measure.sh: ib_send_lat's inf is said and run again, no number after 3 runs is '- -'" {
+	export FAKE_DIR=$BATS_TEST_TMPDIR RDMA_DEVICE=rxe0 RDMA_GID_INDEX=1 RDMA_IP=192.0.2.1
+	fake_perftest "$FAKE_DIR"
+	FAKE_INF=1 run bash -c ". '$COURSE/lessons/11-latency/measure.sh'; perftest_lat '$FAKE_DIR/ib_send_lat' 16384 3"
+	assert_success
+	assert_line "12.50 20.00"
+	assert_line --partial "printed t_typical 'inf', 99% '20.00' (not a latency) in run 1 of 3"
+	rm -f "$FAKE_DIR/calls"
+	FAKE_INF=9 run bash -c ". '$COURSE/lessons/11-latency/measure.sh'; perftest_lat '$FAKE_DIR/ib_send_lat' 16384 3"
+	assert_failure 3
+	assert_line "- -"
+	assert_line --partial "in run 3 of 3"
+}
+
+@test "lesson 11 plot.sh: a size where ib_send_lat printed inf is named, left empty in latency.csv, and its key says so" {
+	command -v gnuplot >/dev/null || skip "no gnuplot"
+	export FAKE_DIR=$BATS_TEST_TMPDIR RDMA_DEVICE=rxe0 RDMA_GID_INDEX=1 RDMA_IP=192.0.2.1
+	fake_perftest "$FAKE_DIR"
+	PATH=$FAKE_DIR:$PATH FAKE_INF_SIZE=16384 PLOT_SIZES="2 16384" PLOT_ITERS=3 \
+		run "$COURSE/lessons/11-latency/plot.sh" "$FAKE_DIR" "$FAKE_DIR/out"
+	assert_success
+	assert_line --partial "ib_send_lat 16384 bytes: no latency in 3 runs (it printed inf or nan)"
+	run cat "$FAKE_DIR/out/latency.csv"
+	assert_line "2,21.00,30.00,21.00,30.00,25,40"
+	assert_line "16384,21.00,30.00,21.00,30.00,,"
+	refute_output --partial "inf"
+	[ -s "$FAKE_DIR/out/latency-size.png" ]
+}

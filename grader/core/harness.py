@@ -9,6 +9,7 @@ import ctypes.util
 import difflib
 import os
 import re
+import select
 import shutil
 import shlex
 import signal
@@ -19,6 +20,10 @@ import time
 # Output kept per stream; the rest is counted and dropped.
 OUTPUT_CAP = 256 * 1024
 DEFAULT_TIMEOUT = 30
+# Once a program has exited and its process group is killed, how long its
+# pipes may stay idle before they are no longer read (something outside
+# the group, a setsid() daemon, may hold them open for ever).
+EXIT_GRACE = 0.3
 
 
 class GradeFailure(AssertionError):
@@ -41,6 +46,7 @@ class Transcript:
         self.parts = []
         self.runs = []          # (Result, student program?) in order
         self.counters = []      # counter deltas the test computed
+        self.spies = []         # interposer records of its runs (text())
 
     def add(self, text):
         self.parts.append(text)
@@ -66,7 +72,12 @@ def new_transcript():
 
 class _Reader(threading.Thread):
     """Drains one pipe, keeps the first OUTPUT_CAP bytes, wakes waiters on
-    every new line (for readiness regexes)."""
+    every new line (for readiness regexes).
+
+    It reads until end of file, or until finish() is called and the pipe
+    has stayed empty for its grace: a process the program left behind in
+    another session (a setsid() daemon) may hold the pipe open for ever,
+    and its program's Result must not wait for it."""
 
     def __init__(self, pipe, cond):
         super().__init__(daemon=True)
@@ -74,11 +85,27 @@ class _Reader(threading.Thread):
         self.buf = bytearray()
         self.total = 0
         self.eof = False
+        self.abandoned = False      # stopped before end of file
+        self._until = None          # finish(): stop once idle past this
+
+    def finish(self, grace):
+        """Stop at end of file, or once the pipe is idle `grace` seconds
+        from now."""
+        self._until = time.monotonic() + grace
 
     def run(self):
+        fd = self.pipe.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         try:
             while True:
-                chunk = os.read(self.pipe.fileno(), 65536)
+                if not poller.poll(100):
+                    if self._until is not None and \
+                            time.monotonic() >= self._until:
+                        self.abandoned = True
+                        break
+                    continue
+                chunk = os.read(fd, 65536)
                 if not chunk:
                     break
                 with self.cond:
@@ -183,11 +210,62 @@ class Result:
 
 def _record(result, label="run", student=False):
     current_transcript().runs.append((result, student))
+    held = ("# something it left running in another session held its "
+            "output open: read no further\n"
+            if getattr(result, "pipes_held", False) else "")
     current_transcript().add(
         f"$ {result.command}    # {label}, {result.duration:.2f}s, "
-        f"{result.status()}\n"
+        f"{result.status()}\n{held}"
         f"--- stdout ---\n{result.stdout}--- stderr ---\n{result.stderr}"
         f"--- end ---\n")
+
+
+# ---- the lesson's wait limit ----------------------------------------------------
+
+class WaitLimit:
+    """Once a program of a lesson has hung, what the lesson's later waits
+    get: at most `each` seconds apiece, and at most `then` once one of
+    those waits too has ended in a kill (it hangs every time). Whole
+    seconds, so that the kill reads `killed by the grader after N s`."""
+
+    def __init__(self, each, then):
+        self.each, self.then = each, then
+
+    def cap(self, timeout):
+        return min(timeout, self.each)
+
+    def killed(self):
+        self.each = min(self.each, self.then)
+
+
+_limit = None
+
+
+def limit_waits(each=None, then=1):
+    """From now on every wait of every process (the student's programs,
+    reference peers, tools), whatever timeout its caller asked for, is
+    capped (WaitLimit); limit_waits() lifts the cap. The grading session
+    sets it when a lesson's program hung and lifts it at the next lesson."""
+    global _limit
+    _limit = WaitLimit(each, then) if each else None
+
+
+def wait_limit():
+    """The WaitLimit in force, or None."""
+    return _limit
+
+
+def capped(timeout):
+    """`timeout` as the wait limit in force allows it."""
+    if _limit is None or timeout is None:
+        return timeout
+    return _limit.cap(timeout)
+
+
+def _killed():
+    """A capped wait ended in a kill."""
+    if _limit is not None:
+        _limit.killed()
 
 
 # ---- processes --------------------------------------------------------------
@@ -274,19 +352,28 @@ class Proc:
     def wait_for(self, regex, timeout=None):
         """Wait until stdout matches `regex` (a line-oriented search). Fails
         with the program's output if it exits or the time runs out first."""
-        timeout = self.timeout if timeout is None else timeout
+        timeout = capped(self.timeout if timeout is None else timeout)
         pat = re.compile(prog_prefixed(regex), re.M)
         deadline = time.monotonic() + timeout
+        exited = None
         with self.cond:
             while True:
                 m = pat.search(self.out.buf.decode("utf-8", "replace"))
                 if m:
                     self.match = m
                     return m
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if self.out.eof or left <= 0:
                     break
-                self.cond.wait(min(left, 0.5))
+                # The program itself has gone but something it left
+                # behind (a setsid() daemon) holds stdout open: what it
+                # printed is in the pipe already; a moment to read it.
+                if exited is None and self.proc.poll() is not None:
+                    exited = now
+                if exited is not None and now - exited > EXIT_GRACE:
+                    break
+                self.cond.wait(min(left, 0.1 if exited else 0.5))
         if self.out.eof:
             # stdout closed: the program is exiting; let it finish so its
             # status is reported, not a timeout.
@@ -296,32 +383,47 @@ class Proc:
                 pass
         timed_out = self.proc.poll() is None
         res = self.wait(timeout=0 if timed_out else 5)
+        if timed_out:
+            res.timeout = timeout
         why = (f"it printed no line matching /{regex}/ within {timeout} s"
                if timed_out else
                f"it {res.status()} before printing a line matching /{regex}/")
         raise GradeFailure(f"{shlex.join(self.cmd)}: {why}\n{res.describe()}")
 
-    def wait(self, timeout=None):
-        """Wait for exit (killing the group at the deadline); the Result."""
+    def wait(self, timeout=None, waited=None):
+        """Wait for exit (killing the group at the deadline); the Result.
+        `waited`: the seconds to report when it is killed, when the caller
+        has waited for it already (timeout 0: kill it now)."""
         if self.result:
             return self.result
-        timeout = self.timeout if timeout is None else timeout
+        timeout = capped(self.timeout if timeout is None else timeout)
         timed_out = False
         try:
             self.proc.wait(timeout=max(timeout, 0))
         except subprocess.TimeoutExpired:
             timed_out = True
+            _killed()
         # Whatever the program left behind in its group goes too.
         _kill_group(self.proc)
         self.proc.wait()
         if _trusted is not None:
             _trusted.discard(self.proc.pid)
+        # The pipes end when the last process holding them does: not
+        # necessarily the program's group (a setsid() daemon it started
+        # lives on, until its test's end kills it). Read what is there.
         for r in (self.out, self.err):
-            r.join(timeout=5)
+            r.finish(EXIT_GRACE)
+        for r in (self.out, self.err):
+            r.join(timeout=EXIT_GRACE + 5)
         self.result = Result(self.cmd, self.proc.returncode, self.out.text(),
                              self.err.text(),
                              time.monotonic() - self.start_time, timed_out,
-                             timeout, final=self.final)
+                             timeout if waited is None else waited,
+                             final=self.final)
+        if self.out.abandoned or self.err.abandoned:
+            # Not a failure by itself; the transcript says why the output
+            # was not read to its end.
+            self.result.pipes_held = True
         _record(self.result, student=self.sandbox is not None)
         if self.on_result:
             self.on_result(self.result)

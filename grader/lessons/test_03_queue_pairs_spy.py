@@ -23,7 +23,7 @@ import time
 import pytest
 
 from grader import GradeFailure, expect, expect_line, points
-from grader.core.harness import prog_prefixed, run
+from grader.core.harness import capped, prog_prefixed, run
 from grader.evidence.interpose import Spy, build_interposer
 
 PROG = "qp_states"
@@ -57,7 +57,9 @@ def spied_run(build, rdma):
     kernel = None
     with build.start(PROG, "--msg", msg, ready=None, env=spy.env) as proc:
         pid = proc.proc.pid
-        deadline = time.monotonic() + 60     # bounds a hang
+        # bounds a hang; capped: once a program of the lesson hung, this wait is short too
+        limit = capped(60)
+        deadline = time.monotonic() + limit
         while proc.proc.poll() is None and time.monotonic() < deadline:
             if _stopped(pid):
                 res = run(["rdma", "-j", "resource", "show", "qp"])
@@ -66,7 +68,9 @@ def spied_run(build, rdma):
                 os.kill(pid, signal.SIGCONT)
                 break
             time.sleep(0.02)
-        result = proc.wait()
+        # Neither stopped nor ended within the limit: it hung (killed now).
+        hung = kernel is None and proc.proc.poll() is None
+        result = proc.wait(timeout=0, waited=limit) if hung else proc.wait()
     return result, kernel, spy, msg, payload
 
 

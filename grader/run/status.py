@@ -1,6 +1,6 @@
 """python3 -m grader status (make status): where a student stands, one line
 per lesson, from .grade/status.json (written by the plugin after each
-grading)."""
+grading; a TEST= run updates the tests it ran)."""
 
 import json
 import sys
@@ -8,6 +8,44 @@ import sys
 from grader.core.course import COURSE
 
 STATUS = COURSE / ".grade" / "status.json"
+
+
+def lines(status, lessons):
+    """The table's lines: lesson, points, when, what is next."""
+    width = max(len(n) for n in lessons)
+    rows = []
+    for name in lessons:
+        st = status.get(name)
+        if not st:
+            rows.append((name, "-", "", f"not graded yet: make grade "
+                                          f"LESSON={name[:2]}"))
+            continue
+        pending = st.get("pending", 0)
+        if st["got"] + pending == st["total"] and not st.get("not_graded"):
+            mark = "done"
+        elif st.get("first_failing"):
+            mark = f"next: {st['first_failing']}"
+        else:
+            mark = "next: grade the rest"
+        untried = st.get("not_graded") or []
+        if untried:
+            mark += (f"  ({len(untried)} of {len(st.get('tests', {}))} "
+                     f"tests not graded yet: make grade "
+                     f"LESSON={name[:2]})")
+        if pending:
+            mark += f" (+{pending} graded on submission)"
+        if st.get("test_filter"):
+            mark += f"  [last: TEST={st['test_filter']}]"
+        if not st["src"].endswith("/skeletons"):
+            mark += f"  [SRC={st['src']}]"
+        rows.append((name, f"{st['got']}/{st['total']}", st["when"], mark))
+    pw = max(len(r[1]) for r in rows)
+    ww = max(len(r[2]) for r in rows)
+    out = []
+    for name, pts, when, mark in rows:
+        out.append(f"  {name:<{width}}  {pts:>{pw}}  {when:<{ww}}  "
+                   f"{mark}".rstrip())
+    return out
 
 
 def main(argv):
@@ -20,21 +58,11 @@ def main(argv):
         status = {}
     lessons = sorted(p.name for p in (COURSE / "lessons").glob("[0-9][0-9]-*")
                      if p.is_dir())
-    width = max(len(n) for n in lessons)
-    done = 0
-    for name in lessons:
-        st = status.get(name)
-        if not st:
-            print(f"  {name:<{width}}  not graded yet   (make grade LESSON={name[:2]})")
-            continue
-        pending = st.get("pending", 0)
-        full = st["got"] + pending == st["total"]
-        done += full
-        mark = "done" if full else f"next: {st['first_failing']}"
-        if pending:
-            mark += f" (+{pending} graded on submission)"
-        src = "" if st["src"].endswith("/skeletons") else f"  [SRC={st['src']}]"
-        print(f"  {name:<{width}}  {st['got']:>3}/{st['total']:<3}  "
-              f"{st['when']}  {mark}{src}")
+    for line in lines(status, lessons):
+        print(line)
+    done = sum(1 for n in lessons if status.get(n) and
+               status[n]["got"] + status[n].get("pending", 0)
+               == status[n]["total"] and
+               not status[n].get("not_graded"))
     print(f"{done} of {len(lessons)} lessons at full marks")
     return 0

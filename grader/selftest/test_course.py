@@ -165,3 +165,17 @@ def test_common_failures_table_is_the_symptoms(lesson):
         f"{lesson.name}: README.md's Common failures table differs from "
         f"lesson.toml's symptoms; python3 -m grader symptoms --write "
         f"{lesson.name[:2]} rewrites it.\n  README:\n{table}\n  lesson.toml:\n{want}")
+
+
+@pytest.mark.parametrize("lesson", EXERCISES, ids=ex_ids)
+def test_a_device_lesson_says_how_to_look_inside_a_run(lesson):
+    """Every lesson whose programs run on a device ends with '## Debugging'
+    (lessons/README.md): make hint points there when its hints run out."""
+    if not meta(lesson).get("device", True) or \
+            not (COURSE / "skeletons" / lesson.name).is_dir():
+        return
+    text = (lesson / "README.md").read_text()
+    assert "\n## Debugging\n" in text, (
+        f"{lesson.name}: README.md has no '## Debugging' section (the "
+        f"transcript, vm-setup/with-rxe by hand, ibv_devinfo, rdma "
+        f"resource show, the counters)")

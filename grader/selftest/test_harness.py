@@ -118,3 +118,58 @@ def test_expect_shows_expected_and_got():
     assert harness.expect_match("a\nport 7\n", r"port (\d+)", "p").group(1) == "7"
     with pytest.raises(GradeFailure, match="expected the line"):
         harness.expect_line("a\nbb\n", "b", "b")
+
+
+def _kill_daemon(res):
+    pid = int(res.stdout.split()[1])
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass
+
+
+def test_a_daemon_holding_the_pipes_is_not_waited_for(badprogs):
+    # The daemon (own session, outside the program's group) holds stdout
+    # and stderr open for ever: the Result comes when the program ends, not
+    # when the pipes do. Before: each pipe was waited on for 5 s.
+    t0 = time.monotonic()
+    res = harness.run([badprogs["daemon"]], timeout=20)
+    took = time.monotonic() - t0
+    _kill_daemon(res)
+    assert res.returncode == 0 and not res.timed_out
+    assert res.stdout.startswith("daemon ")
+    assert took < 5, f"{took:.1f} s"
+    assert "held its output open" in harness.current_transcript().text()
+
+
+def test_a_server_that_exits_leaving_a_daemon_is_not_a_timeout(badprogs):
+    # It exits 1 before any readiness line while its daemon keeps stdout
+    # open: no end of file comes, yet this is an exit, not a 20 s timeout.
+    t0 = time.monotonic()
+    with pytest.raises(GradeFailure) as e:
+        harness.start([badprogs["daemon"], "fail"],
+                      ready=r"listening on port (\d+)", timeout=20)
+    took = time.monotonic() - t0
+    msg = str(e.value)
+    _kill_daemon(harness.current_transcript().runs[-1][0])
+    assert "exited with status 1 before printing" in msg, msg
+    assert took < 10, f"{took:.1f} s"
+
+
+def test_the_wait_limit_caps_every_wait_then_more_after_a_kill(badprogs, tmp_path):
+    # Whatever timeout a caller asks for: at most `each` per wait; once one
+    # of those waits ends in a kill, at most `then`. A program that ends by
+    # itself does not tighten it.
+    harness.limit_waits(each=2, then=1)
+    try:
+        fine = harness.run(["true"], timeout=60)
+        first = harness.run([badprogs["hang"]], timeout=60)
+        second = harness.run([badprogs["hang"]], timeout=60)
+        with pytest.raises(GradeFailure, match="within 1 s"):
+            harness.start([badprogs["hang"]], ready="never", timeout=60)
+    finally:
+        harness.limit_waits()
+    assert fine.returncode == 0 and not fine.timed_out
+    assert [r.timeout for r in (first, second)] == [2, 1]
+    assert second.status() == "killed by the grader after 1 s"
+    assert harness.capped(60) == 60         # lifted

@@ -123,7 +123,8 @@ def course(tmp_path_factory):
 def grade(course, *args, src=None):
     cmd = [sys.executable, "-m", "pytest", "-c", str(COURSE / "grader/pytest.ini"),
            "--rootdir", str(course), "-p", "grader.session.plugin", "-qq", "--tb=no",
-           "-rN", "--color=no", str(course / "grader/lessons"),
+           "-rN", "--color=no", "-o", "console_output_style=classic",
+           str(course / "grader/lessons"),
            "--course-root", str(course), "--src", str(src or course / "skeletons"),
            "--transcripts", str(course / "transcripts"), *args]
     env = dict(os.environ, PYTHONPATH=str(COURSE))
@@ -206,8 +207,8 @@ def test_only_each_lessons_first_failure_is_shown_in_full(full):
     assert out.count("transcript: ") == 4               # each still has one
 
 
-def test_a_compile_error_is_shown_once(full):
-    out = full[0].stdout.split("== 91-broken")[1]
+def test_a_compile_error_is_shown_once(verbose):
+    out = verbose.stdout.split("== 91-broken")[1]
     assert out.count("compile error (reproduce:") == 1
     assert "not run: does not compile" in out
 
@@ -238,6 +239,42 @@ def test_status_records_each_lesson(course, tmp_path):
     assert data["91-broken"]["got"] == 0
 
 
+def test_status_keeps_what_a_test_run_did_not_grade(course, tmp_path):
+    """make grade TEST=... updates the tests it ran; the others keep the
+    last grading's results (make status used to ignore TEST= runs)."""
+    status = tmp_path / "status.json"
+    grade(course, "--status", str(status), "--lesson", "90",
+          "--test", "hello 43")
+    d = json.loads(status.read_text())["90-good"]
+    assert (d["got"], d["total"]) == (0, 9)
+    assert d["test_filter"] == "hello 43"
+    assert len(d["not_graded"]) == 5 and "test_wrong" not in d["not_graded"]
+    grade(course, "--status", str(status), "--lesson", "90")
+    d = json.loads(status.read_text())["90-good"]
+    assert (d["got"], d["total"], d["not_graded"]) == (3, 9, [])
+    grade(course, "--status", str(status), "--lesson", "90",
+          "--test", "test_pass")
+    d = json.loads(status.read_text())["90-good"]
+    assert (d["got"], d["total"]) == (3, 9)             # not 3/3
+    assert d["first_failing_test"] == "test_wrong"
+    assert d["tests"]["test_wrong"]["passed"] is False  # from the full run
+
+
+def test_make_status_lines_up_its_columns():
+    from grader.run.status import lines
+    status = {"05-send-recv": {"got": 7, "total": 35, "when": "2026-01-02 10:00",
+                               "src": "/c/skeletons", "first_failing": "x"},
+              "10-events": {"got": 21, "total": 21, "when": "2026-01-02 11:00",
+                            "src": "/c/skeletons", "test_filter": "cpu"}}
+    out = lines(status, ["01-devices", "05-send-recv", "10-events"])
+    cols = {line.index("next:") if "next:" in line else line.index("done")
+            for line in out[1:]}
+    assert len(cols) == 1, out                          # one column
+    assert out[1].index("7/35") + 4 == out[2].index("21/21") + 5, out
+    assert "not graded yet: make grade LESSON=01" in out[0]
+    assert "[last: TEST=cpu]" in out[2]
+
+
 def test_a_hung_program_shortens_the_lessons_later_waits(tmp_path):
     root = tmp_path / "course"
     (root / "lessons" / "92-hang").mkdir(parents=True)
@@ -246,16 +283,26 @@ def test_a_hung_program_shortens_the_lessons_later_waits(tmp_path):
     (root / "skeletons" / "92-hang").mkdir(parents=True)
     (root / "skeletons" / "92-hang" / "prog.c").write_text(GOOD_C)
     (root / "grader" / "lessons").mkdir(parents=True)
+    # After the first hang (6 s), every wait is cut - also those that ask
+    # for 60 s outright, and those of processes the grader starts itself
+    # (reference peers): 5 s, then 1 s once another hung. Before, the five
+    # later waits cost 5 + 60 + 60 + 60 + 60 s.
+    waits = ["build.run('prog', 'hang').ok()",
+             "build.start('prog', 'hang', ready=None).wait(timeout=60).ok()",
+             "harness.run([build.path('prog'), 'hang'], timeout=60).ok()",
+             "build.start('prog', 'hang', ready='never', timeout=60)",
+             "build.run('prog', 'hang', timeout=60).ok()"]
     (root / "grader" / "lessons" / "test_92_hang.py").write_text(
-        "from grader import points\n"
+        "from grader import points\nfrom grader.core import harness\n"
+        "@points(1, 'hang')\ndef test_hang(build):\n"
+        "    build.run('prog', 'hang', timeout=6).ok()\n"
         + "".join(f"@points(1, 'hang {i}')\ndef test_hang{i}(build):\n"
-                  f"    build.run('prog', 'hang', timeout=8).ok()\n"
-                  for i in range(3)))
+                  f"    {w}\n" for i, w in enumerate(waits)))
     t0 = time.monotonic()
     res = grade(root)
     took = time.monotonic() - t0
-    assert res.stdout.rstrip().splitlines()[-1] == "Score: 0/3"
-    assert took < 8 + 2 * 5 + 8, f"{took:.0f} s:\n{res.stdout}"
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 0/6"
+    assert took < 6 + 5 + 4 + 12, f"{took:.0f} s:\n{res.stdout}"
     assert "cut to 5 s" in res.stdout
 
 
@@ -264,11 +311,44 @@ def test_a_skipped_test_earns_nothing(full):
     assert "not checked (skipped: nothing to check here): no points" in full[0].stdout
 
 
-def test_compile_error_costs_only_that_lesson(full):
-    out = full[0].stdout
+def test_compile_error_costs_only_that_lesson(full, verbose):
+    assert "  90-good: 3/9" in full[0].stdout
+    assert "  91-broken: 0/4 (does not compile)" in full[0].stdout
+    out = verbose.stdout
     assert "compile error (reproduce: make build LESSON=91" in out
     assert "undefined_thing" in out
     assert "  90-good: 3/9" in out
+
+
+def test_after_the_first_unfinished_lesson_only_subtotals(full, verbose):
+    """Several lessons short of full marks: the first in detail, the
+    others one line each, and the command to run next before the score."""
+    out = full[0].stdout.rstrip().splitlines()
+    assert "== 91-broken: A broken lesson ==" not in out
+    assert "  runs ... FAIL" not in "\n".join(out)
+    assert "  91-broken: 0/4 (does not compile)" in out
+    assert out[-2].startswith("next: make grade LESSON=90   ")
+    assert out[-1] == "Score: 3/13"
+    # V=1: everything
+    assert "== 91-broken: A broken lesson ==" in verbose.stdout
+    assert "  runs ... FAIL" in verbose.stdout
+
+
+def test_a_later_failure_in_one_line_is_a_whole_sentence():
+    from grader.session.report import ONE_LINE_MAX, one_line
+    first = ("/home/you/rdma-course/build/grade/skeletons/05-send-recv/"
+             "pingpong --port 0 -n 50 -s 1500 -t 10: it exited with status "
+             "1 before printing a line matching /listening on port (\\d+)/")
+    assert one_line([first, "command: ..."]) == first   # whole, not cut
+    assert one_line(["client stdout", "  expected: 'a'", "  got:      'b'"]) \
+        == "client stdout: expected: 'a', got: 'b'"
+    assert one_line(["stderr", "  expected a line matching: /x/", "  got:",
+                     "  | y"]) == "stderr: expected a line matching: /x/"
+    long = "the run, " + "step after step, " * 40 + "failed"
+    line = one_line([long])
+    assert len(line) < ONE_LINE_MAX + 40
+    assert line.endswith(", ... (V=1 shows it whole)") or \
+        line.endswith("step ... (V=1 shows it whole)"), line
 
 
 def test_results_json_has_gradescopes_shape(full):
@@ -381,3 +461,30 @@ def test_shard_plan_balances_and_keeps_order():
     loads = [sum(times[n] for n in s) for s in shards]
     assert max(loads) - min(loads) <= 10, shards
     assert plan(["01", "02"], 3, {}) == [["01"], ["02"]]
+
+
+def test_make_hint_gives_a_hint_never_shown_and_says_when_nothing_fails(
+        tmp_path, monkeypatch, capsys):
+    from grader.run import hint
+    monkeypatch.setattr(hint, "SHOWN", tmp_path / "hints.json")
+    monkeypatch.setattr(hint, "STATUS", tmp_path / "status.json")
+    # Its failure was not shown in full (a later lesson of a long
+    # grading): its hint was never shown, make hint gives the first.
+    status = {"03-queue-pairs": {
+        "first_failing_test": "test_state_sequence", "got": 0, "total": 20,
+        "tests": {"test_state_sequence": {"passed": False, "causes": [],
+                                          "hint_shown": False}}}}
+    (tmp_path / "status.json").write_text(json.dumps(status))
+    assert hint.main(["--lesson", "03"]) == 0
+    out = capsys.readouterr().out
+    assert "hint 1 of 1" in out and "no more hints" not in out
+    assert hint.main(["--lesson", "03"]) == 0
+    out = capsys.readouterr().out
+    assert "no more hints" in out
+    assert "'Debugging'" in out                 # lesson 03 has the section
+    # Nothing failing: it says so, and that is no error (exit 0).
+    status = {"03-queue-pairs": {"first_failing_test": "", "got": 20,
+                                 "total": 20, "when": "2026-01-02 10:00"}}
+    (tmp_path / "status.json").write_text(json.dumps(status))
+    assert hint.main(["--lesson", "03"]) == 0
+    assert "nothing is failing (20/20" in capsys.readouterr().out

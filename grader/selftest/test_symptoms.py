@@ -34,6 +34,19 @@ def test_evidence_is_the_students_runs_and_the_counters():
     assert ev["failure"] == "the message"
 
 
+def test_evidence_has_the_interposers_record_of_the_tests_runs(tmp_path):
+    from grader.evidence.interpose import Spy
+    t = harness.new_transcript()
+    spy = Spy(tmp_path / "verbs_spy.so")
+    assert t.spies == [spy]                 # a Spy made in a test is its
+    spy.log.write_text("req_notify_cq solicited=1 rc=0\n")
+    ev = symptoms.evidence(t, "msg")
+    assert ev["calls"] == "req_notify_cq solicited=1 rc=0\n"
+    sym = _load([{"id": "s", "row": "r", "cause": "c",
+                  "calls": "^req_notify_cq solicited=1 "}])
+    assert symptoms.diagnose(sym, "test_x", ev) == sym
+
+
 def test_all_conditions_must_match_and_more_of_them_rank_first():
     syms = _load([
         {"id": "any", "row": "r", "cause": "c1", "stderr": "failed"},

@@ -12,7 +12,7 @@ import struct
 import time
 from collections import namedtuple
 
-from grader.core.harness import GradeFailure, expect_match
+from grader.core.harness import GradeFailure, capped, expect_match
 
 # The wire format of course_oob_exchange(): struct qp_info_wire in
 # lessons/common/course.c, network byte order. Change both together.
@@ -97,7 +97,9 @@ class FakePeer:
     def accept(self, client):
         """The client's connection; fails as soon as the client exits."""
         self.lsock.settimeout(0.2)
-        deadline = time.monotonic() + 30
+        # capped: once a program of the lesson hung, this wait is short too
+        limit = capped(30)
+        deadline = time.monotonic() + limit
         try:
             while True:
                 try:
@@ -109,8 +111,11 @@ class FakePeer:
                     raise GradeFailure(f"the client {res.status()} before "
                                        f"it connected\n{res.describe()}")
                 if time.monotonic() > deadline:
-                    raise GradeFailure("the client did not connect to the "
-                                       "fake server within 30 s")
+                    # It hung: killed as at a timeout, and said so.
+                    res = client.wait(timeout=0, waited=limit)
+                    raise GradeFailure(f"the client did not connect to the "
+                                       f"fake server within {limit} s\n"
+                                       f"{res.describe()}")
         finally:
             self.lsock.close()
 

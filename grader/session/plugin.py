@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from grader.core import harness
-from grader.session import symptoms
+from grader.session import report, symptoms
 from grader.core.build import build_dir, compile_lesson
 from grader.core.course import COURSE as COURSE_DEFAULT
 from grader.core.harness import GradeFailure
@@ -29,7 +29,8 @@ from grader.evidence.rxe import Rdma
 from grader.evidence.trusted import run as peers
 from grader.evidence.sandbox import Sandbox
 
-HUNG_TIMEOUT = 5            # seconds per wait once a lesson's program hung
+HUNG_TIMEOUT = 5            # seconds per wait once a lesson's program hung,
+HUNG_AGAIN = 1              # ... and once another one hung too
 LESSON_FILE = re.compile(r"test_(\d\d)_")
 
 
@@ -83,6 +84,11 @@ class Lesson:
     def final_line(self, prog):
         """lesson.toml [final_line]: the regex of PROG's last line."""
         return self.meta.get("final_line", {}).get(prog)
+
+
+def _test_name(nodeid):
+    """grader/lessons/test_05_x.py::test_a[p] -> test_a"""
+    return nodeid.split("::")[-1].split("[")[0]
 
 
 def find_lessons(course):
@@ -158,20 +164,26 @@ class Build:
 
     def _timeout(self, timeout):
         t = self.lesson.timeout if timeout is None else timeout
-        # Once a program of the lesson hung, every later wait is short: a
-        # hanging lesson costs one full timeout, not one per test.
-        return min(t, HUNG_TIMEOUT) if self.hung else t
+        # Once a program of the lesson hung, every later wait is short (the
+        # harness caps them all, see _saw).
+        return harness.capped(t)
 
     def _saw(self, result, prog=None):
         if prog:
             result.prog = prog
         if result.timed_out and not self.hung:
             self.hung = result.command
+            # A hanging lesson costs one full timeout, not one per test:
+            # from now on every wait of the lesson - its programs', the
+            # reference peers', whatever timeout a test asked for - is cut
+            # (the next lesson lifts it, Grader.pytest_runtest_logstart).
+            harness.limit_waits(HUNG_TIMEOUT, HUNG_AGAIN)
 
     def hung_note(self):
         if self.hung:
             return (f"note: a program of this lesson hung ({self.hung}), so "
-                    f"the lesson's later waits were cut to {HUNG_TIMEOUT} s")
+                    f"the lesson's later waits were cut to {HUNG_TIMEOUT} s "
+                    f"(to {HUNG_AGAIN} s once another hung)")
         return None
 
     def run(self, prog, *args, timeout=None, input=None, env=None, wrap=()):
@@ -229,8 +241,9 @@ def pytest_addoption(parser):
                 help="write each lesson's points, whether it compiled and "
                      "whether a program hung, as JSON (make grade-class)")
     g.addoption("--no-score", action="store_true",
-                help="no Score line at the end (a shard of a grading: "
-                     "grader/session/shards.py prints the whole's)")
+                help="a shard of a grading: every lesson in full, no next: "
+                     "and Score lines (grader/session/shards.py prints "
+                     "the whole's)")
     g.addoption("--prebuilt", action="store_true",
                 help="use the builds `python3 -m grader build SRC` made; "
                      "never read SRC (make grade compiles on the host)")
@@ -276,6 +289,10 @@ class Grader:
         self.status_path = config.getoption("status")
         self.verbose = config.getoption("verbose_failures")
         self.shown_in_full = set()  # lessons whose first failure was shown
+        self.hint_shown = set()     # nodeids whose failure showed its hint
+        self.unfinished = None      # the first lesson short of full marks
+        self.compact = set()        # lessons shown as their subtotal only
+        self.all_tests = {}         # number -> {test: (points, title)}
         self.sandbox = None
         self.trusted = set()
 
@@ -292,7 +309,7 @@ class Grader:
             self.builds[num] = Build(lesson, self.src, self.course, out,
                                      prebuilt=self.prebuilt,
                                      sandbox=self.get_sandbox())
-            if lesson.warnings:
+            if lesson.warnings and num not in self.compact:
                 self.write("  compiler warnings (reproduce: "
                            f"{self.builds[num].repro}):")
                 for line in lesson.warnings.splitlines():
@@ -340,6 +357,8 @@ class Grader:
             if not mark or len(mark.args) != 2:
                 raise pytest.UsageError(f"{item.nodeid}: every grader test "
                                         f"needs @points(N, 'title')")
+            self.all_tests.setdefault(num, {})[_test_name(item.nodeid)] = \
+                tuple(mark.args)
             if self.test_filter and not self.selected(item, mark.args[1]):
                 dropped.append(item)
                 continue
@@ -383,7 +402,18 @@ class Grader:
         num = self.items[nodeid][0]
         first = not any(self.items[n][0] == num for n in self.outcome)
         if first:
+            # A hang in the last lesson cut its waits, not this one's.
+            harness.limit_waits()
             lesson = self.lesson(num)
+            if (self.unfinished and not self.verbose
+                    and not self.config.getoption("no_score")):
+                # Several lessons short of full marks: the first one in
+                # detail, the others as their subtotal (make grade
+                # LESSON=NN shows one, V=1 all).
+                if not self.compact:
+                    self.write(report.compact_note(self.unfinished))
+                self.compact.add(num)
+                return
             self.write(f"== {lesson.name}: {lesson.title} ==")
 
     def pytest_runtest_setup(self, item):
@@ -482,6 +512,17 @@ class Grader:
     def pytest_runtest_logfinish(self, nodeid, location):
         num, pts, title = self.items[nodeid]
         rec = self.outcome[nodeid]
+        if (not rec["passed"] and not rec.get("pending")
+                and self.unfinished is None):
+            self.unfinished = num
+        if num in self.compact:
+            if nodeid in self.last_of_lesson:
+                got, total = self.subtotal(num)
+                b = self.builds.get(num)
+                self.write(report.subtotal_line(
+                    self.lesson(num).name, got, total, self.pending(num),
+                    compiled=not (b and b.error)))
+            return
         verdict = ("OK" if rec["passed"] else
                    "graded on submission" if rec.get("pending") else "FAIL")
         self.write(f"  {title} ... {verdict} ({rec['duration']:.1f}s)")
@@ -493,18 +534,17 @@ class Grader:
             lines = rec["output"].splitlines() or [""]
             if self.verbose or num not in self.shown_in_full:
                 self.shown_in_full.add(num)
+                self.hint_shown.add(nodeid)
             else:
                 # Later failures of a lesson: one line (V=1 shows them all).
-                lines = [lines[0][:150]] + [x for x in lines
-                                            if x.startswith("transcript: ")]
+                lines = [report.one_line(lines)] + [x for x in lines
+                                             if x.startswith("transcript: ")]
             for line in lines:
                 self.write("      " + line)
         if nodeid in self.last_of_lesson:
             got, total = self.subtotal(num)
-            pending = self.pending(num)
-            self.write(f"  {self.lesson(num).name}: {got}/{total}"
-                       + (f" (+{pending} graded on submission)"
-                          if pending else ""))
+            self.write(report.subtotal_line(self.lesson(num).name, got, total,
+                                            self.pending(num)))
 
     def subtotal(self, num):
         got = total = 0
@@ -527,10 +567,7 @@ class Grader:
                    and self.outcome.get(nid, {}).get("pending"))
 
     def score_line(self):
-        got, total = self.score()
-        pending = self.pending()
-        return (f"Score: {got}/{total}"
-                + (f" (+{pending} graded on submission)" if pending else ""))
+        return report.score_line(*self.score(), self.pending())
 
     # -- the end --
     def pytest_sessionfinish(self, session, exitstatus):
@@ -563,7 +600,7 @@ class Grader:
             p = Path(self.results_path)
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(json.dumps(data, indent=2) + "\n")
-        if self.status_path and not self.test_filter:
+        if self.status_path:
             self.save_status()
         if self.config.getoption("summary"):
             self.save_summary(Path(self.config.getoption("summary")))
@@ -592,8 +629,10 @@ class Grader:
         path.write_text(json.dumps({"lessons": lessons}, indent=2) + "\n")
 
     def save_status(self):
-        """.grade/status.json: per lesson, the last full grading of it
-        (make status reads it)."""
+        """.grade/status.json: per lesson, where it stands (make status
+        reads it; make hint reads its first failing test). Each test's
+        last result is kept: a TEST= run updates its tests and leaves the
+        others' results as the last grading left them."""
         path = Path(self.status_path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -612,30 +651,67 @@ class Grader:
             status = {}
         when = time.strftime("%Y-%m-%d %H:%M")
         for num in sorted({n for n, _, _ in self.items.values()}):
-            got, total = self.subtotal(num)
-            first = next((nid for nid, (n, _, _) in self.items.items()
-                          if n == num and not self.outcome.get(
-                              nid, {}).get("passed")
-                          and not self.outcome.get(nid, {}).get("pending")),
-                         None)
-            status[self.lesson(num).name] = {
-                "got": got, "total": total, "when": when,
-                "pending": self.pending(num),
-                "src": str(self.src),
-                "first_failing": self.items[first][2] if first else "",
-                "first_failing_test": (first.split("::")[-1].split("[")[0]
-                                       if first else ""),
+            name = self.lesson(num).name
+            old = status.get(name, {})
+            known = (old.get("tests", {}) if self.test_filter and
+                     old.get("src") == str(self.src) else {})
+            tests = {}
+            # Every test of the lesson, in the order of its files.
+            for test, (pts, title) in self.all_tests.get(num, {}).items():
+                tests[test] = known.get(test) or {
+                    "title": title, "points": pts, "passed": None}
+            for nid, (n, pts, title) in self.items.items():
+                if n == num and nid in self.outcome:
+                    tests[_test_name(nid)] = {
+                        "title": title, "points": pts, "when": when,
+                        "passed": bool(self.outcome[nid]["passed"]),
+                        "pending": bool(self.outcome[nid].get("pending")),
+                        "causes": self.causes.get(nid, []),
+                        # its block was shown in full, with its hint
+                        # unless causes stood in for it
+                        "hint_shown": nid in self.hint_shown}
+            first = next((t for t, r in tests.items()
+                          if r["passed"] is False
+                          and not r.get("pending")), "")
+            rec = tests.get(first, {})
+            status[name] = {
+                "got": sum(r["points"] for r in tests.values()
+                           if r["passed"]),
+                "total": sum(r["points"] for r in tests.values()),
+                "pending": sum(r["points"] for r in tests.values()
+                               if r.get("pending")),
+                "when": when, "src": str(self.src),
+                # what this grading ran: the whole lesson, or TEST=
+                "test_filter": self.test_filter,
+                "not_graded": [t for t, r in tests.items()
+                               if r["passed"] is None],
+                "first_failing": rec.get("title", ""),
+                "first_failing_test": first,
                 # The failure showed these causes instead of the test's
                 # first hint: make hint starts at that hint.
-                "first_failing_causes": self.causes.get(first, [])}
+                "first_failing_causes": rec.get("causes", []),
+                "first_failing_hint_shown": rec.get("hint_shown", False),
+                "tests": tests}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(status, indent=2) + "\n")
         except OSError:
             pass
 
+    def next_step(self):
+        """The command to run next, when points are missing."""
+        if self.unfinished is None:
+            return None
+        src = "" if self.src == self.course / "skeletons" else \
+            f" SRC={self.src}"
+        return report.next_step(self.unfinished, src,
+                                len({n for n, _, _ in self.items.values()}) > 1)
+
     def pytest_unconfigure(self, config):
         if self.items and not config.getoption("no_score"):
+            step = self.next_step()
+            if step:
+                self.write(step)
             self.write(self.score_line())
 
 

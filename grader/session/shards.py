@@ -27,7 +27,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from grader.core.course import COURSE
-from grader.session import forked
+from grader.session import forked, report
 
 # Seconds a lesson took when last graded by shards (in the course's
 # build/): the next grading balances its shards with them.
@@ -186,9 +186,44 @@ class Shard:
 
 def score_line(data):
     """The plugin's Score line, of merged results."""
-    pending = data.get("graded_on_submission")
-    return (f"Score: {data['score']}/{data['max_score']}"
-            + (f" (+{pending} graded on submission)" if pending else ""))
+    return report.score_line(data["score"], data["max_score"],
+                             data.get("graded_on_submission", 0))
+
+
+class Compactor:
+    """The lessons' blocks as one session shows them: after the first
+    lesson short of full marks, the others as their subtotal line only
+    (unless V=1), then the command to run next."""
+
+    def __init__(self, args, course):
+        self.full = "--verbose-failures" in args
+        self.unfinished = None
+        self.noted = False
+        self.shown = 0
+        src = _opt(args, "src")
+        self.src_arg = ("" if not src or Path(src).resolve()
+                        == (course / "skeletons").resolve() else f" SRC={src}")
+
+    def lines(self, block):
+        self.shown += 1
+        subtotals = [x for x in block if report.SUBTOTAL.match(x)]
+        if self.unfinished is not None and not self.full and subtotals:
+            note = [] if self.noted else [report.compact_note(
+                self.unfinished)]
+            self.noted = True
+            short = subtotals[-1]
+            if any("does not compile" in x for x in block):
+                short += " (does not compile)"
+            block = note + [short]
+        if self.unfinished is None and subtotals:
+            self.unfinished = report.short_of_full(subtotals[-1])
+        return block
+
+    def next_step(self):
+        if self.unfinished is None:
+            return None
+        return report.next_step(self.unfinished, self.src_arg,
+                                self.shown > 1)
 
 
 def _merge_results(shards, path):
@@ -276,6 +311,7 @@ def run(args):
     owner = {n: s for s in shards for n in s.lessons}
     shown = 0
     complete = set()
+    compact = Compactor(args, course)
     try:
         while shown < len(order):
             for s in shards:
@@ -286,7 +322,7 @@ def run(args):
                 complete.update(s.read())
             while shown < len(order) and order[shown] in complete:
                 s = owner[order[shown]]
-                lines = s.blocks.pop(order[shown], [])
+                lines = compact.lines(s.blocks.pop(order[shown], []))
                 sys.stdout.write("".join(line + "\n" for line in lines))
                 sys.stdout.flush()
                 shown += 1
@@ -295,7 +331,8 @@ def run(args):
                     # A shard ended without some of its lessons' output.
                     for n in order[shown:]:
                         sys.stdout.write("".join(
-                            line + "\n" for line in owner[n].blocks.pop(n, [])))
+                            line + "\n" for line in
+                            compact.lines(owner[n].blocks.pop(n, []))))
                     break
                 time.sleep(0.1)
         for s in shards:
@@ -312,6 +349,9 @@ def run(args):
         if summary:
             _merge_summary(shards, summary)
         if data["max_score"]:
+            step = compact.next_step()
+            if step:
+                print(step)
             print(score_line(data), flush=True)
         codes = [s.status for s in shards]
         return next((c for c in codes if c not in (0, 1)), max(codes))

@@ -19,6 +19,9 @@ are regexes (Python `re`, multi-line), searched in what the failed test saw:
                      `killed by the grader after N s` (+ `: it hung after its
                      last output (during cleanup?)`)
     counters         the rxe counter deltas the test took: `NAME +N` lines
+    calls            what the grader's interposer (verbs_spy.so) recorded of
+                     the test's runs under it: one line per verbs call,
+                     `req_notify_cq solicited=1 rc=0`
     failure          the failure message (expected vs got, peer verdicts)
 
 and `tests = ["test_x", ...]` restricts a symptom to those tests. A symptom
@@ -30,7 +33,8 @@ order of the file). Only when none matches does it show the test's hint.
 import re
 from pathlib import Path
 
-CONDITIONS = ("stderr", "stdout", "result", "counters", "failure")
+CONDITIONS = ("stderr", "stdout", "result", "counters", "calls",
+              "failure")
 
 
 class Symptom:
@@ -86,6 +90,7 @@ def evidence(transcript, failure):
                           f"{r.status()}\n" for r in runs),
         "counters": "".join(f"{k} {v:+d}\n" for d in transcript.counters
                             for k, v in sorted(d.items()) if v),
+        "calls": "".join(s.text() for s in getattr(transcript, "spies", [])),
         "failure": failure,
     }
 

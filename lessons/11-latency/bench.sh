@@ -12,7 +12,9 @@
 # of either program can come out milliseconds slow. So the three are
 # measured BENCH_ROUNDS times (default 3), interleaved, and each one's best
 # round counts (every round is printed). BENCH_SIZE (2) and BENCH_ITERS
-# (1000) change the message size and the round trips.
+# (1000) change the message size and the round trips. A round whose
+# ib_send_lat printed no number (`inf`, after PERFTEST_TRIES runs: see
+# measure.sh) says so and counts for the other two only.
 set -uo pipefail
 
 if [ $# -ne 1 ]; then
@@ -34,18 +36,30 @@ echo "bench-latency: $size-byte messages, $iters round trips per run, $rounds ro
 best_perf='' best_rdma='' best_udp=''
 min() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "" || b + 0 < a + 0) ? b : a }'; }
 for ((r = 1; r <= rounds; r++)); do
-	perftest_lat ib_send_lat "$size" "$iters" >"$tmp/perf" || exit 1
+	perftest_lat ib_send_lat "$size" "$iters" >"$tmp/perf"
+	case $? in
+	0 | 3) ;;
+	*) exit 1 ;;
+	esac
 	read -r typical _ <"$tmp/perf"
 	rdma=$(lat_pair "$prog" rdma "$size" "$iters" "$tmp/rdma.csv") || exit 1
 	udp=$(lat_pair "$prog" udp "$size" "$iters" "$tmp/udp.csv") || exit 1
-	echo "  round $r: ib_send_lat t_typical $typical us (one way)"
+	if finite "$typical"; then
+		echo "  round $r: ib_send_lat t_typical $typical us (one way)"
+		best_perf=$(min "$best_perf" "$typical")
+	else
+		echo "  round $r: ib_send_lat gave no t_typical in $PERFTEST_TRIES runs (it printed inf or nan): this round has no perftest figure"
+	fi
 	echo "  round $r: $rdma"
 	echo "  round $r: $udp"
-	best_perf=$(min "$best_perf" "$typical")
 	best_rdma=$(min "$best_rdma" "$(field "$rdma" p50)")
 	best_udp=$(min "$best_udp" "$(field "$udp" p50)")
 done
 echo "  ib_send_lat: ${PERFTEST_INLINE:-(it printed nothing about inline data)}"
+if [ -z "$best_perf" ]; then
+	echo "bench-latency: ib_send_lat gave no t_typical in any round (inf or nan each time): no ratio to compute" >&2
+	exit 1
+fi
 awk -v t="$best_perf" -v r="$best_rdma" -v u="$best_udp" 'BEGIN {
 	ratio = r / (2 * t)
 	printf "best of the rounds:\n"

@@ -10,7 +10,9 @@
 #   latency-cdf.png   the CDFs of the round trips at two sizes
 #   latency-size.png  p50 and p99 against the message size
 # PLOT_SIZES (default "2 64 1024 4096 16384") and PLOT_ITERS (500) change
-# what is measured.
+# what is measured. A size at which ib_send_lat printed no number (`inf`,
+# after PERFTEST_TRIES runs: measure.sh) has empty fields in latency.csv,
+# no point in the plot, and its key says so.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -30,6 +32,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 echo "size,udp_p50,udp_p99,rdma_p50,rdma_p99,ib_send_lat_typical_x2,ib_send_lat_p99_x2" >"$tmp/summary"
+missing=()
 for s in $sizes; do
 	for t in udp rdma; do
 		line=$(lat_pair "$prog" "$t" "$s" "$iters" "$out/latency-$s-$t.csv")
@@ -40,16 +43,33 @@ for s in $sizes; do
 			awk -v n="$iters" '{ printf "%.3f %.5f\n", $1 / 1000, NR / n }' \
 				>"$tmp/cdf-$s-$t"
 	done
-	read -r typical p99 < <(perftest_lat ib_send_lat "$s" "$iters")
-	echo "ib_send_lat $s bytes: t_typical $typical us, 99% $p99 us (one way)"
+	rc=0
+	perftest_lat ib_send_lat "$s" "$iters" >"$tmp/perf" || rc=$?
+	[ "$rc" = 0 ] || [ "$rc" = 3 ] || exit 1
+	read -r typical p99 <"$tmp/perf"
+	if [ "$rc" = 0 ]; then
+		echo "ib_send_lat $s bytes: t_typical $typical us, 99% $p99 us (one way)"
+		isl50=$(awk -v t="$typical" 'BEGIN { print 2 * t }')
+		isl99=$(awk -v t="$p99" 'BEGIN { print 2 * t }')
+	else
+		# An empty field: no point in the plot, and the key says so.
+		echo "ib_send_lat $s bytes: no latency in $PERFTEST_TRIES runs (it printed inf or nan): latency.csv leaves its fields empty, the plot has no point there"
+		isl50='' isl99=''
+		missing+=("$s")
+	fi
 	# shellcheck disable=SC2154 # udp50 ... are set by the eval above
-	echo "$s,$udp50,$udp99,$rdma50,$rdma99,$(awk -v t="$typical" 'BEGIN { print 2 * t }'),$(awk -v t="$p99" 'BEGIN { print 2 * t }')" >>"$tmp/summary"
+	echo "$s,$udp50,$udp99,$rdma50,$rdma99,$isl50,$isl99" >>"$tmp/summary"
 done
 mv "$tmp/summary" "$summary"
+isl_note=''
+[ ${#missing[@]} = 0 ] || isl_note=" (none at ${missing[*]} B: perftest printed inf)"
 
 read -r -a sz <<<"$sizes"
 small=${sz[0]} big=${sz[$((${#sz[@]} > 3 ? 3 : ${#sz[@]} - 1))]}
 isl_small=$(awk -F, -v s="$small" '$1 == s { print $6 }' "$summary")
+marker="set label \"ib_send_lat x 2: no value at $small B (perftest printed inf)\" at graph 0.02, graph 0.95"
+[ -z "$isl_small" ] || marker="set arrow from $isl_small, graph 0 to $isl_small, graph 1 nohead dt 2 lc rgb \"#555555\"
+set label \"ib_send_lat x 2, $small B\" at $isl_small, graph 0.05 offset 0.5,0"
 gnuplot <<GNUPLOT
 set terminal pngcairo size 900,560 font "sans,11" noenhanced
 set output "$out/latency-cdf.png"
@@ -60,8 +80,7 @@ set logscale x
 set yrange [0:1]
 set key bottom right
 set grid xtics ytics mxtics lc rgb "#dddddd"
-set arrow from $isl_small, graph 0 to $isl_small, graph 1 nohead dt 2 lc rgb "#555555"
-set label "ib_send_lat x 2, $small B" at $isl_small, graph 0.05 offset 0.5,0
+$marker
 plot "$tmp/cdf-$small-rdma" using 1:2 with lines lw 2 lc rgb "#1f77b4" title "rdma $small B", \
      "$tmp/cdf-$small-udp" using 1:2 with lines lw 2 lc rgb "#d62728" title "udp $small B", \
      "$tmp/cdf-$big-rdma" using 1:2 with lines lw 2 dt 2 lc rgb "#1f77b4" title "rdma $big B", \
@@ -83,7 +102,7 @@ plot "$summary" using 1:2 title "udp p50" pt 7 lw 2 lc rgb "#d62728", \
      "$summary" using 1:3 title "udp p99" pt 6 lw 1 dt 2 lc rgb "#d62728", \
      "$summary" using 1:4 title "rdma p50" pt 7 lw 2 lc rgb "#1f77b4", \
      "$summary" using 1:5 title "rdma p99" pt 6 lw 1 dt 2 lc rgb "#1f77b4", \
-     "$summary" using 1:6 title "ib_send_lat typical x 2" pt 5 lw 2 lc rgb "#2ca02c", \
-     "$summary" using 1:7 title "ib_send_lat 99% x 2" pt 4 lw 1 dt 2 lc rgb "#2ca02c"
+     "$summary" using 1:6 title "ib_send_lat typical x 2$isl_note" pt 5 lw 2 lc rgb "#2ca02c", \
+     "$summary" using 1:7 title "ib_send_lat 99% x 2$isl_note" pt 4 lw 1 dt 2 lc rgb "#2ca02c"
 GNUPLOT
 echo "wrote $summary, $out/latency-cdf.png and $out/latency-size.png"

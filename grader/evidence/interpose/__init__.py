@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from grader.core.build import grader_program
+from grader.core import harness
 from grader.core.harness import GradeFailure
 
 SOURCE = Path(__file__).resolve().parent / "verbs_spy.c"
@@ -41,13 +42,20 @@ class Spy:
         self.env = {"LD_PRELOAD": str(lib), "VERBS_SPY_LOG": str(self.log),
                     **{f"VERBS_SPY_{k.upper()}": str(v)
                        for k, v in extra.items()}}
+        # The test's transcript keeps the record: a failure's symptoms can
+        # name what the program called (lesson.toml: `calls = '...'`).
+        harness.current_transcript().spies.append(self)
+
+    def text(self):
+        """The record as the interposer wrote it ("" before the run ends)."""
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
 
     def calls(self, kind=None):
         """[(kind, {field: value})] in call order."""
-        try:
-            text = self.log.read_text()
-        except FileNotFoundError:
-            text = ""
+        text = self.text()
         out = []
         for line in text.splitlines():
             name, *fields = line.split()

@@ -329,6 +329,15 @@ class Session:
             if extra:
                 r["extra_tcp_bytes"] = extra
         finally:
+            # What the clients left in the region, whatever happened: a
+            # failed client's test shows it.
+            try:
+                counter, lock, tail = struct.unpack_from("=QQQ",
+                                                         first.read())
+                r["region"] = {"start": a.start, "counter": counter,
+                               "lock": lock, "tail": tail}
+            except Exception:                   # noqa: BLE001
+                pass
             self.lsock.close()
             for sock in socks:
                 sock.close()
