@@ -362,6 +362,49 @@ class Session:
         self.finish()
 
 
+    # ---- lesson 13: a stream of WRITEs or SENDs into slots --------------------
+
+    def lesson13_server(self):
+        """Advertise --slots zeroed slots of --size bytes (with --send, post
+        one receive per message up front, message i into slot i % M, so
+        that no SEND ever waits for one); after the client's 'D' check our
+        own memory: slot j must hold the last message aimed at it, the
+        pattern of --seed with the message's number in its first and last
+        8 bytes (lessons/13-throughput/README.md)."""
+        a, r = self.args, self.result
+        size, n, m = a.size, a.iters, a.slots
+        res = RcResources(a.device, a.gid_index, m * size,
+                          e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE,
+                          e.IBV_ACCESS_REMOTE_WRITE,
+                          max_wr=n + 1 if a.send else 4)
+        res.write(bytes(m * size))
+        for i in range(n if a.send else 0):
+            res.post_recv(i, (i % m) * size, size)
+        self.meet(res, res.advertise(m * size))
+        self.finish()
+        if a.send:
+            wrong = 0
+            for i in range(n):
+                wc = res.poll(f"receive {i}", 5, None)
+                wrong += wc.byte_len != size
+            r["receives"], r["wrong_length"] = n, wrong
+        base = patterns.cycle(size, a.seed)
+        memory = res.read()
+        r["slots_checked"], r["mismatch"] = min(m, n), None
+        for j in range(min(m, n)):
+            i = j + (n - 1 - j) // m * m
+            want = bytearray(base)
+            want[:8] = want[-8:] = struct.pack("<Q", i)
+            got = memory[j * size:(j + 1) * size]
+            bad = patterns.first_mismatch(got, bytes(want))
+            if bad is not None:
+                r["mismatch"] = {
+                    "slot": j, "offset": bad, "message": i,
+                    "got": got[bad], "expected": want[bad],
+                    "found_message": struct.unpack("<Q", got[:8])[0],
+                    "nonzero_bytes": size - got.count(0)}
+                break
+
 # ---- lesson 08: rdma_cm --------------------------------------------------------
 
 # struct cm_msg in lessons/08-rdma-cm/cm_common.h, big-endian on the wire.
@@ -553,7 +596,8 @@ class CmSession(Session):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="peer.py", description=__doc__.split(
         "\n\n")[0])
-    p.add_argument("lesson", choices=["05", "06", "07", "08", "12"])
+    p.add_argument("lesson", choices=["05", "06", "07", "08", "12", "13",
+                                      "14"])
     p.add_argument("role", choices=["server", "client"])
     p.add_argument("--host", default=os.environ.get("RDMA_IP", "localhost"))
     p.add_argument("--port", type=int, default=0)
@@ -568,6 +612,9 @@ def main(argv=None):
     p.add_argument("--clients", type=int, default=2)     # 12, server
     p.add_argument("--start", type=int, default=0)       # 12, server
     p.add_argument("--skip", type=int, default=0)        # 12, client
+    p.add_argument("--slots", type=int, default=16)      # 13, server
+    p.add_argument("--seed", type=int, default=1)        # 13, server
+    p.add_argument("--send", action="store_true")        # 13, server
     args = p.parse_args(argv)
     return (CmSession if args.lesson == "08" else Session)(args).run()
 
