@@ -25,6 +25,7 @@ import os
 import secrets
 import socket
 import struct
+import subprocess
 import sys
 import time
 import types
@@ -405,6 +406,48 @@ class Session:
                     "nonzero_bytes": size - got.count(0)}
                 break
 
+    # ---- lesson 14: one client of a server on a shared receive queue ----------
+
+    def lesson14_client(self):
+        """Connect, wait for the server's 'G', send --iters requests of
+        --size fresh random bytes one at a time, and check each reply in
+        our own memory: it must be the request reversed
+        (lessons/14-srq/README.md). Before 'D', while the server's QP
+        for us exists, ask the kernel which SRQ that QP takes its
+        receives from."""
+        a, r = self.args, self.result
+        size = a.size
+        res = RcResources(a.device, a.gid_index, 2 * size,
+                          e.IBV_ACCESS_LOCAL_WRITE, 0)
+        r["qpn"] = res.qp.qp_num
+        theirs = self.meet(res, res.info(length=size))
+        oob.sync(self.sock, b"G")
+        r["replies"] = 0
+        for i in range(a.iters):
+            req = secrets.token_bytes(size)
+            res.write(req, 0)
+            res.post_recv(WRID_RECV, size, size)
+            res.post_send(WRID_SEND, e.IBV_WR_SEND, 0, size)
+            got = {}
+            while len(got) < 2:
+                wc = res.poll(f"request {i}", a.timeout, self.sock)
+                got[wc.wr_id] = wc
+            if got[WRID_RECV].byte_len != size:
+                raise PeerGone(f"request {i}: a reply of "
+                               f"{got[WRID_RECV].byte_len} bytes, expected "
+                               f"{size}")
+            reply, want = res.read(size, size), req[::-1]
+            bad = patterns.first_mismatch(reply, want)
+            if bad is not None:
+                raise PeerGone(
+                    f"request {i}: the reply is not our request reversed "
+                    f"(byte {bad}: got 0x{reply[bad]:02x}, expected "
+                    f"0x{want[bad]:02x}; {size - reply.count(0)} of its "
+                    f"{size} bytes are not zero)")
+            r["replies"] = i + 1
+        r["srq"] = kernel_srq_of(theirs.qpn)
+        self.finish()
+
 # ---- lesson 08: rdma_cm --------------------------------------------------------
 
 # struct cm_msg in lessons/08-rdma-cm/cm_common.h, big-endian on the wire.
@@ -591,6 +634,38 @@ class CmSession(Session):
         _, status, addr, _, _ = self.recv_msg(CM_VERDICT)
         r["server_verdict"] = {"status": status, "offset": addr}
         cmid.disconnect()
+
+
+def _qpn_ranges(items):
+    """`rdma -j resource show srq`'s lqpn: ["19-20", "23"] -> [19, 20, 23]."""
+    out = []
+    for item in items if isinstance(items, list) else [items]:
+        for part in str(item).split(","):
+            lo, _, hi = part.partition("-")
+            if lo.strip().isdigit():
+                out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def kernel_srq_of(qpn):
+    """What `rdma -j resource show srq` says about the SRQ that QP `qpn`
+    takes its receives from: {srqn, pid, lqpn: [...]}, None (no SRQ has
+    it), or {"error": why}. Asked of this host: on host B of a pair the
+    program's QPs are on host A, so nothing is asked there."""
+    if os.environ.get("RXE_JOB_DIR"):
+        return {"error": "not asked on host B of a pair"}
+    try:
+        out = subprocess.run(["rdma", "-j", "resource", "show", "srq"],
+                             capture_output=True, text=True,
+                             timeout=10).stdout
+        for srq in json.loads(out or "[]"):
+            qpns = _qpn_ranges(srq.get("lqpn", []))
+            if qpn in qpns:
+                return {"srqn": srq.get("srqn"), "pid": srq.get("pid"),
+                        "lqpn": qpns}
+    except (OSError, ValueError, subprocess.TimeoutExpired) as err:
+        return {"error": str(err)}
+    return None
 
 
 def main(argv=None):
