@@ -4,7 +4,7 @@ chains of work requests, inline data.
 `bw` streams -n messages to a server (RDMA WRITE, or SEND with --send):
 message i leaves local slot i % D, is stamped with i and lands in remote
 slot i % M. Nothing here takes the program's word, and nothing compares a
-speed with a limit (grader/README.md, "Speed-dependent checks"):
+speed with a limit:
 
 - the data: the reference server (grader/evidence/trusted/peer.py 13
   server) zeroes M slots (M random), and after the client's 'D' checks in
@@ -29,6 +29,29 @@ speed with a limit (grader/README.md, "Speed-dependent checks"):
   the grader's wall time of the whole process (outside it), both of which
   bracket an honest T by construction; the rates must be N / T and
   N x SIZE / T; the CPU time of a single-threaded stream cannot exceed T.
+
+The checks that read a clock, and why each holds for an honest program
+from 10x faster to 10x slower than the build machine and under load
+(there is no audit table in grader/README.md yet: this is it):
+
+- test_summary, T: the interposer's first post and last completion lie
+  inside the program's own two clock reads, and those inside the process's
+  lifetime as the grader's clock measures it; both bounds hold by
+  construction at any speed. Margin: 1 us below (T is printed to 6
+  decimals), none above.
+- test_summary, the rates: arithmetic on the printed N, SIZE and T (1 %
+  plus 0.002), no clock.
+- test_summary, cpu: one thread's CPU time over an interval cannot exceed
+  the interval's wall time (getrusage sums the scheduler's nanoseconds);
+  preemption only adds wall time. Margin: 10 % and 50 ms, for a guest
+  whose CPU accounting and CLOCK_MONOTONIC drift apart (measured in the
+  micro-VM: cpu 2.360 s printed for a stream of T = 2.350 s).
+- Waits bound hangs only: the client's -t 10 is the longest it may go
+  without a single completion (a 64 KiB WRITE takes about 2 ms here, so
+  200 ms at 100x slower); the servers' 60 s cover a whole stream of at
+  most 480 x 8 KiB (under 0.5 s here at 10 MB/s, the slowest measured).
+- The depth (1 against 16 included) is the interposer's count of WRs
+  outstanding after each post: no clock at all.
 """
 
 import math
@@ -287,7 +310,7 @@ def test_summary(write_run):
     ran(write_run, "client streaming WRITEs")
     s, q, res = write_run["s"], sq(write_run), write_run["res"]
     m = summary(write_run)
-    secs, mmsgs, mbs, cpu = (float(m.group(i)) for i in (5, 6, 7, 8))
+    secs, cpu = float(m.group(5)), float(m.group(8))
     inner = (q["last_done_ns"] - q["first_post_ns"]) / 1e9
     if not inner - 1e-6 <= secs <= res.duration:
         raise GradeFailure(
@@ -298,20 +321,23 @@ def test_summary(write_run):
             f"  expected: {inner:.6f} <= T <= {res.duration:.3f}\n"
             f"  got:      T = {secs:.6f}")
     n = s["iters"]
-    for name, got, want in (
-            ("Mmsg/s", mmsgs, n / secs / 1e6),
-            ("MB/s", mbs, n * s["size"] / secs / (1 << 20))):
-        if abs(got - want) > 0.01 * want + 0.002:
+    for name, text, want in (
+            ("Mmsg/s", m.group(6), n / secs / 1e6),
+            ("MB/s", m.group(7), n * s["size"] / secs / (1 << 20))):
+        got = float(text)
+        digits = len(text.partition(".")[2])
+        # 1 %, and half a unit of the last digit printed
+        if abs(got - want) > 0.01 * want + 0.5 * 10 ** -digits:
             raise GradeFailure(
                 f"{name} in the summary line, recomputed from its N = {n} "
                 f"and T = {secs:.6f} (Mmsg/s = N / T / 10^6, MB/s = N x "
                 f"SIZE / T / 2^20)\n  expected: {want:.6f}\n"
                 f"  got:      {got}")
-    if cpu > secs + 0.02:
+    if cpu > 1.1 * secs + 0.05:
         raise GradeFailure(
             f"cpu in the summary line: one thread streaming for T = "
-            f"{secs:.6f} s cannot use more CPU than that\n  got: cpu "
-            f"{cpu} s")
+            f"{secs:.6f} s cannot use more CPU than that (10 % and 50 ms "
+            f"allowed for a VM's clocks)\n  got: cpu {cpu} s")
 
 
 @points(2, "no buffer rewritten while its WR was in flight (interposer)")

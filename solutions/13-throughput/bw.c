@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static const char usage[] =
@@ -435,6 +436,52 @@ static int post_slot(struct bw_ctx *ctx, unsigned int slot)
 }
 
 /*
+ * --send: wait for the next receive's completion (message @i). The client
+ * streams without waiting for the server, so a client that died is noticed
+ * at once, by its closed TCP connection, not after -t seconds:
+ *   message I: the peer closed the out-of-band connection: it has exited
+ *   message I: no message within T s
+ * 0 or -1.
+ */
+static int wait_receive(struct bw_ctx *ctx, struct ibv_wc *wc, long i,
+			int timeout)
+{
+	uint64_t deadline = course_now_ns() + timeout * 1000000000ull;
+	unsigned long spins = 0;
+	char what[48], c;
+	int n;
+
+	snprintf(what, sizeof(what), "message %ld", i);
+	for (;;) {
+		n = ibv_poll_cq(ctx->rc->cq, 1, wc);
+		if (n < 0) {
+			fprintf(stderr, "%s: ibv_poll_cq failed\n", what);
+			return -1;
+		}
+		if (n && wc->status != IBV_WC_SUCCESS) {
+			course_report_wc(what, wc);
+			return -1;
+		}
+		if (n)
+			return 0;
+		if (++spins % 1024)
+			continue;
+		if (recv(ctx->rc->oob_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) ==
+		    0) {
+			fprintf(stderr,
+				"%s: the peer closed the out-of-band connection: it has exited\n",
+				what);
+			return -1;
+		}
+		if (course_now_ns() > deadline) {
+			fprintf(stderr, "%s: no message within %d s\n", what,
+				timeout);
+			return -1;
+		}
+	}
+}
+
+/*
  * After the client's DONE: every slot must hold the last message aimed at
  * it (slot j: the largest i < ITERS with i % M = j), the pattern of --seed
  * stamped with i. Prints
@@ -528,7 +575,7 @@ static int run_server(struct bw_ctx *ctx, const struct course_opts *o)
 	if (rc_connect(ctx->rc, o, &mine, &theirs))
 		return -1;
 	for (i = 0; ctx->send && i < ctx->iters; i++) {
-		if (rc_wait_wc(ctx->rc, &wc, "receive"))
+		if (wait_receive(ctx, &wc, i, o->timeout))
 			return -1;
 		if (wc.byte_len != ctx->size) {
 			fprintf(stderr,
