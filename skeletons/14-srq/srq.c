@@ -251,11 +251,7 @@ static int accept_client(struct srv_ctx *srv, int lfd, int k)
 	};
 	struct client *c = &srv->clients[k];
 	struct qp_info mine = { .length = srv->size }, theirs;
-	struct ibv_qp_attr attr = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = srv->ib_port,
-	};
+	struct ibv_qp_attr attr = {};
 	struct ibv_qp *qp;
 	int fd, ret;
 
@@ -274,9 +270,9 @@ static int accept_client(struct srv_ctx *srv, int lfd, int k)
 		close(fd);
 		return -1;
 	}
-	/* TODO 5: move the QP to INIT with attr (lesson 03: which attributes
-	 * INIT takes, one mask bit each; man ibv_modify_qp). ret: what
-	 * ibv_modify_qp() returns. */
+	/* TODO 5: move the QP to INIT (lesson 03: the attributes INIT takes
+	 * into attr, one mask bit each; the clients only SEND, so no remote
+	 * access; man ibv_modify_qp). ret: what ibv_modify_qp() returns. */
 	(void)attr;
 	ret = course_todo(5, "move the QP to INIT");
 	/* END TODO 5 */
