@@ -18,9 +18,11 @@
 #                        on host A of two linked VMs ('b CMD' runs CMD on host B)
 #   make vm-up           keep a warm micro-VM: later grading starts at once
 #   make vm-down         stop it (it also stops after 15 idle minutes)
-#   make plot LESSON=02  draw a lesson's measurements to a PNG (02, 11)
+#   make plot LESSON=02  draw a lesson's measurements to a PNG (02, 11, 13)
 #   make bench-latency   lesson 11's reference RDMA p50 against ib_send_lat x 2
 #                        (ratio, target <= 1.3) and the UDP p50, in one run
+#   make bench-bw        lesson 13's reference bw against ib_write_bw: MB/s at
+#                        64 KiB and Mmsg/s at 64 B (ratios, target >= 0.8)
 #   make bench-vm        micro-VM boot-to-ready time, with-rxe overhead, and a
 #                        round trip in one VM against a linked pair
 #   make bench-grade     wall time of grading all solutions and of make test
@@ -67,7 +69,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-stability bench-latency deps clean \
+.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-stability bench-latency bench-bw deps clean \
 	student-repo grade-class bench-class gradescope vm-kernel-update vm-cache-export vm-cache-import bench-arm64
 
 comma := ,
@@ -122,7 +124,7 @@ plot:
 	@test -x $(call lesson_dir,$(LESSON))/plot.sh || \
 		{ echo "lesson $(LESSON) has nothing to plot"; exit 2; }
 	@$(MAKE) -s --no-print-directory build LESSON=$(LESSON) SRC=$(SRC)
-	@$(if $(filter 11,$(LESSON)),RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2}) \
+	@$(if $(filter 11 13,$(LESSON)),RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2}) \
 		$(WITH_RXE) $(call lesson_dir,$(LESSON))/plot.sh \
 		$(call build_out,$(LESSON)) build/plots
 
@@ -142,6 +144,12 @@ bench-latency:
 	@$(MAKE) -s --no-print-directory build LESSON=11 SRC=solutions
 	@RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2} $(WITH_RXE) lessons/11-latency/bench.sh \
 		build/solutions/$(notdir $(call lesson_dir,11))
+
+# Like bench-latency: the stream and rxe's own work each want a CPU.
+bench-bw:
+	@$(MAKE) -s --no-print-directory build LESSON=13 SRC=solutions
+	@RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2} $(WITH_RXE) lessons/13-throughput/bench.sh \
+		build/solutions/$(notdir $(call lesson_dir,13))
 
 student-repo:
 	@$(if $(OUT),,$(error usage: make student-repo OUT=DIR))

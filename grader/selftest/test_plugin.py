@@ -437,11 +437,25 @@ def test_shards_grade_as_one_session(course, full):
     assert sharded.returncode == res.returncode, sharded.stdout + sharded.stderr
     lines = sharded.stdout.splitlines()
     heads = [x for x in lines if x.startswith("== ")]
-    assert [h[3:5] for h in heads] == ["90", "91"], sharded.stdout
-    assert [x for x in lines if x.startswith("Score:")] == \
-        [f"Score: {data['score']}/{data['max_score']}"], sharded.stdout
-    # Each lesson's block is whole: its subtotal follows its own header.
-    assert lines.index("  90-good: 3/9") < lines.index(heads[1]), sharded.stdout
+    # As one session shows it: 90 in full, then (short of full marks) 91
+    # as its subtotal only, the next step, one Score line.
+    assert [h[3:5] for h in heads] == ["90"], sharded.stdout
+    plain = res.stdout.splitlines()
+    for want in ("  90-good: 3/9", "  91-broken: 0/4 (does not compile)"):
+        assert want in plain and want in lines, (res.stdout, sharded.stdout)
+    assert lines.index("  90-good: 3/9") < \
+        lines.index("  91-broken: 0/4 (does not compile)"), sharded.stdout
+    assert [x for x in lines if x.startswith(("next:", "Score:"))] == \
+        [x for x in plain if x.startswith(("next:", "Score:"))] == \
+        [next(x for x in plain if x.startswith("next:")),
+         f"Score: {data['score']}/{data['max_score']}"], sharded.stdout
+    # V=1: every lesson in full, each block whole.
+    v1 = subprocess.run(cmd + ["--verbose-failures"], cwd=course, env=env,
+                        capture_output=True, text=True, timeout=300)
+    vl = v1.stdout.splitlines()
+    vh = [x for x in vl if x.startswith("== ")]
+    assert [h[3:5] for h in vh] == ["90", "91"], v1.stdout
+    assert vl.index("  90-good: 3/9") < vl.index(vh[1]), v1.stdout
     merged = json.loads(out.read_text())
     assert (merged["score"], merged["max_score"]) == (data["score"],
                                                        data["max_score"])

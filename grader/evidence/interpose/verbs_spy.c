@@ -12,7 +12,6 @@
  *   dereg_mr len=N ns=T rc=R lkey=0x..
  *   query_device node_guid=0x... (the value handed to the program)
  *   get_device_guid node_guid=0x...
- *   create_qp qpn=Q                    (in creation order)
  *   post_send qpn=Q opcode=O len=N num_sge=K wr_id=W flags=0xF
  *             sge0=ADDR:LEN:LKEY [sge1=...] raddr=0x.. rkey=0x..
  *             cmp=0x.. swap=0x.. rc=R  (rc: what ibv_post_send returned)
@@ -24,7 +23,6 @@
  *             own memory: what the source held when it was posted)
  *   munmap addr=0x.. len=N sum=0x..     (only of registered memory)
  *   mmap addr=0x.. len=N fixed=1 ok=1|0 (only with MAP_FIXED)
- *   async_event type=T
  *   get_device_list num=N;  free_device_list;  close_device rc=R
  *   query_port port=P state=S active_mtu=M link_layer=L (what it returned)
  *   query_gid port=P index=I rc=0      (ibv_query_gid_ex(), ibv_query_gid():
@@ -33,6 +31,26 @@
  *   query_qp qpn=Q state=S
  *   req_notify_cq solicited=S rc=R
  *   get_cq_event rc=R
+ *   create_qp qpn=Q type=T srq=H sq_sig_all=S max_send_wr=N max_recv_wr=N
+ *             max_inline=N          (srq: the SRQ's handle + 1, 0: none)
+ *   create_srq handle=H max_wr=ASKED granted=N limit=L ok=1|0
+ *   modify_srq handle=H mask=0xM max_wr=N limit=L rc=R
+ *   post_srq_recv handle=H wrs=K rc=R        (one line per call)
+ *   async_event type=T srq=H                 (srq: for an SRQ's event)
+ *
+ * and, written at exit whatever the log's size, one line per QP that
+ * posted sends or received (lessons 13 and 14: thousands of work requests
+ * are counted, not listed):
+ *
+ *   sq qpn=Q calls=C wrs=W signaled=S inline=I max_outstanding=O ...
+ *
+ * (stats_line() lists its fields). Outstanding is the program's own view:
+ * WRs posted minus WRs it knows complete - a signaled completion it polled
+ * completes that WR and every WR posted before it on the QP (RC completes
+ * in order). $VERBS_SPY_INFLIGHT=1 also sums the local buffer of every
+ * non-inline SEND/WRITE when it is posted and again when the program
+ * learns it completed: a sum that changed is a buffer the program rewrote
+ * while the device could still be reading it (modified_in_flight).
  *
  * $VERBS_SPY_PAYLOAD and $VERBS_SPY_STOP_AT_RTS: see post_send, query_qp.
  * $VERBS_SPY_NOTIFY_DELAY_US=N makes ibv_req_notify_cq() sleep N us before
@@ -50,7 +68,9 @@
  *   $VERBS_SPY_GID=HEX32:TYPE       every GID slot that holds one reads
  *                                   as HEX32 with its last two bytes the
  *                                   index, of gid_type TYPE
- *   $VERBS_SPY_DEVICE_SUFFIX=S      ibv_get_device_name() adds S The data path's calls (ibv_post_send, ibv_poll_cq)
+ *   $VERBS_SPY_DEVICE_SUFFIX=S      ibv_get_device_name() adds S
+ *
+ * The data path's calls (ibv_post_send, ibv_poll_cq)
  * are inline functions that jump through the context's ops table, so
  * ibv_open_device() is wrapped to put our functions in that table.
  */
@@ -75,6 +95,7 @@
 #define LOG_CAP (1 << 20)
 
 static char log_buf[LOG_CAP];
+static void stats_flush(int fd);
 static size_t log_len;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -112,6 +133,7 @@ __attribute__((destructor)) static void flush_log(void)
 			break;
 		off += n;
 	}
+	stats_flush(fd);
 	close(fd);
 	log_len = 0;
 }
@@ -338,6 +360,318 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 	return rc;
 }
 
+/* ---- send queues and SRQs, counted (lessons 13 and 14) --------------------
+ */
+
+#define SQ_MAX	 32   /* QPs counted */
+#define SQ_RING	 8192 /* signaled / in-flight WRs remembered per QP */
+#define HIST_MAX 256  /* chain lengths and signal gaps, the last bucket: more  \
+		       */
+#define SRQ_MAX 8
+
+struct sq_stats {
+	uint32_t qpn;
+	int used, sig_all;
+	uint64_t posted,
+		done; /* WRs accepted; WRs the program knows complete */
+	uint64_t calls, failed_calls, signaled, inline_wrs, opcodes[16];
+	int first_rc;
+	uint64_t chains[HIST_MAX + 1], gaps[HIST_MAX + 1], last_signaled;
+	uint64_t max_outstanding, completions, errors, recvs;
+	uint64_t first_post_ns, last_done_ns;
+	uint64_t sig[SQ_RING], sig_head, sig_tail; /* seqs of signaled WRs */
+	struct {
+		uint64_t seq, sum;
+		uintptr_t addr;
+		uint32_t len;
+	} fl[SQ_RING];
+	uint64_t fl_head, fl_tail, modified, first_modified, untracked;
+};
+
+static struct sq_stats sqs[SQ_MAX];
+static pthread_mutex_t sq_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct {
+	uint32_t handle;
+	uint64_t calls, wrs;
+} srqs[SRQ_MAX];
+
+/* The counters of @qpn, created on first use (NULL when the table is full). */
+static struct sq_stats *sq_of(uint32_t qpn)
+{
+	int i;
+
+	for (i = 0; i < SQ_MAX && sqs[i].used; i++)
+		if (sqs[i].qpn == qpn)
+			return &sqs[i];
+	if (i == SQ_MAX)
+		return NULL;
+	sqs[i].used = 1;
+	sqs[i].qpn = qpn;
+	return &sqs[i];
+}
+
+/* A sum of @len bytes at @addr, a 64-bit word at a time. */
+static uint64_t buf_sum(uintptr_t addr, uint32_t len)
+{
+	const unsigned char *p = (const unsigned char *)addr;
+	uint64_t h = 0xcbf29ce484222325ull, w;
+	uint32_t i;
+
+	for (i = 0; i + 8 <= len; i += 8) {
+		memcpy(&w, p + i, 8);
+		h = (h ^ w) * 0x100000001b3ull;
+	}
+	for (; i < len; i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static int inflight_checked(void)
+{
+	static int v = -1;
+
+	if (v < 0)
+		v = getenv("VERBS_SPY_INFLIGHT") != NULL;
+	return v;
+}
+
+/* ibv_post_send() of the chain @wr on @qp returned @rc (@bad: where it
+ * stopped): count what the device accepted. */
+static void stats_post(struct ibv_qp *qp, struct ibv_send_wr *wr, int rc,
+		       struct ibv_send_wr *bad)
+{
+	struct sq_stats *s;
+	struct ibv_send_wr *w;
+	uint64_t n = 0, out;
+
+	pthread_mutex_lock(&sq_lock);
+	s = sq_of(qp->qp_num);
+	if (!s)
+		goto out_unlock;
+	if (!s->first_post_ns)
+		s->first_post_ns = now_ns();
+	s->calls++;
+	if (rc) {
+		if (!s->failed_calls++)
+			s->first_rc = rc;
+	}
+	for (w = wr; w && !(rc && w == bad); w = w->next) {
+		uint64_t seq = ++s->posted;
+
+		n++;
+		s->opcodes[w->opcode & 15]++;
+		if (w->send_flags & IBV_SEND_INLINE)
+			s->inline_wrs++;
+		if ((w->send_flags & IBV_SEND_SIGNALED) || s->sig_all) {
+			uint64_t gap = seq - s->last_signaled;
+
+			s->gaps[gap < HIST_MAX ? gap : HIST_MAX]++;
+			s->last_signaled = seq;
+			s->signaled++;
+			if (s->sig_tail - s->sig_head < SQ_RING)
+				s->sig[s->sig_tail++ % SQ_RING] = seq;
+		}
+		if (inflight_checked() && w->num_sge > 0 &&
+		    !(w->send_flags & IBV_SEND_INLINE) &&
+		    (w->opcode == IBV_WR_SEND ||
+		     w->opcode == IBV_WR_SEND_WITH_IMM ||
+		     w->opcode == IBV_WR_RDMA_WRITE ||
+		     w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
+			if (s->fl_tail - s->fl_head < SQ_RING) {
+				uint64_t k = s->fl_tail++ % SQ_RING;
+
+				s->fl[k].seq = seq;
+				s->fl[k].addr = w->sg_list[0].addr;
+				s->fl[k].len = w->sg_list[0].length;
+				s->fl[k].sum =
+					buf_sum(s->fl[k].addr, s->fl[k].len);
+			} else {
+				s->untracked++;
+			}
+		}
+	}
+	if (n)
+		s->chains[n < HIST_MAX ? n : HIST_MAX]++;
+	out = s->posted - s->done;
+	if (out > s->max_outstanding)
+		s->max_outstanding = out;
+out_unlock:
+	pthread_mutex_unlock(&sq_lock);
+}
+
+/* One completion the program polled. */
+static void stats_wc(const struct ibv_wc *wc)
+{
+	struct sq_stats *s;
+
+	pthread_mutex_lock(&sq_lock);
+	s = sq_of(wc->qp_num);
+	if (!s)
+		goto out_unlock;
+	if (wc->status != IBV_WC_SUCCESS) {
+		s->errors++;
+		goto out_unlock;
+	}
+	if (wc->opcode & IBV_WC_RECV) {
+		s->recvs++;
+		goto out_unlock;
+	}
+	s->completions++;
+	if (s->sig_head < s->sig_tail)
+		s->done = s->sig[s->sig_head++ % SQ_RING];
+	s->last_done_ns = now_ns();
+	while (s->fl_head < s->fl_tail &&
+	       s->fl[s->fl_head % SQ_RING].seq <= s->done) {
+		uint64_t k = s->fl_head++ % SQ_RING;
+
+		if (buf_sum(s->fl[k].addr, s->fl[k].len) != s->fl[k].sum &&
+		    !s->modified++)
+			s->first_modified = s->fl[k].seq;
+	}
+out_unlock:
+	pthread_mutex_unlock(&sq_lock);
+}
+
+/* "A:N,B:M" for the non-zero buckets of @h. */
+static void hist_str(char *out, size_t len, const uint64_t *h)
+{
+	size_t n = 0;
+	int i;
+
+	out[0] = 0;
+	for (i = 0; i <= HIST_MAX && n + 32 < len; i++)
+		if (h[i])
+			n += snprintf(out + n, len - n, "%s%d:%llu",
+				      n ? "," : "", i,
+				      (unsigned long long)h[i]);
+	if (!n)
+		snprintf(out, len, "-");
+}
+
+static void stats_flush(int fd)
+{
+	char chains[1024], gaps[1024], ops[256], line[3072];
+	int i, k, n;
+
+	for (i = 0; i < SQ_MAX && sqs[i].used; i++) {
+		struct sq_stats *s = &sqs[i];
+		size_t m = 0;
+
+		hist_str(chains, sizeof(chains), s->chains);
+		hist_str(gaps, sizeof(gaps), s->gaps);
+		ops[0] = 0;
+		for (k = 0; k < 16; k++)
+			if (s->opcodes[k])
+				m += snprintf(
+					ops + m, sizeof(ops) - m, "%s%d:%llu",
+					m ? "," : "", k,
+					(unsigned long long)s->opcodes[k]);
+		n = snprintf(
+			line, sizeof(line),
+			"sq qpn=%u sig_all=%d calls=%llu failed_calls=%llu "
+			"first_rc=%d wrs=%llu signaled=%llu inline=%llu "
+			"last_signaled=%d max_outstanding=%llu "
+			"completions=%llu errors=%llu recvs=%llu "
+			"first_post_ns=%llu last_done_ns=%llu "
+			"modified_in_flight=%llu first_modified=%llu "
+			"untracked=%llu opcodes=%s chains=%s gaps=%s\n",
+			s->qpn, s->sig_all, (unsigned long long)s->calls,
+			(unsigned long long)s->failed_calls, s->first_rc,
+			(unsigned long long)s->posted,
+			(unsigned long long)s->signaled,
+			(unsigned long long)s->inline_wrs,
+			s->posted && s->last_signaled == s->posted,
+			(unsigned long long)s->max_outstanding,
+			(unsigned long long)s->completions,
+			(unsigned long long)s->errors,
+			(unsigned long long)s->recvs,
+			(unsigned long long)s->first_post_ns,
+			(unsigned long long)s->last_done_ns,
+			(unsigned long long)s->modified,
+			(unsigned long long)s->first_modified,
+			(unsigned long long)s->untracked, m ? ops : "-", chains,
+			gaps);
+		if (n > 0 && write(fd, line, n) != n)
+			return;
+	}
+	for (i = 0; i < SRQ_MAX && srqs[i].calls; i++) {
+		n = snprintf(line, sizeof(line),
+			     "srq_posts handle=%u calls=%llu wrs=%llu\n",
+			     srqs[i].handle, (unsigned long long)srqs[i].calls,
+			     (unsigned long long)srqs[i].wrs);
+		if (n > 0 && write(fd, line, n) != n)
+			return;
+	}
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
+			     struct ibv_qp_init_attr *init_attr)
+{
+	struct ibv_qp *qp;
+	struct sq_stats *s;
+
+	REAL(ibv_create_qp);
+	qp = real(pd, init_attr);
+	if (!qp)
+		return qp;
+	record("create_qp qpn=%u type=%d srq=%u sq_sig_all=%d max_send_wr=%u "
+	       "max_recv_wr=%u max_inline=%u\n",
+	       qp->qp_num, init_attr->qp_type,
+	       init_attr->srq ? init_attr->srq->handle + 1 : 0,
+	       init_attr->sq_sig_all, init_attr->cap.max_send_wr,
+	       init_attr->cap.max_recv_wr, init_attr->cap.max_inline_data);
+	pthread_mutex_lock(&sq_lock);
+	s = sq_of(qp->qp_num);
+	if (s)
+		s->sig_all = init_attr->sq_sig_all;
+	pthread_mutex_unlock(&sq_lock);
+	return qp;
+}
+
+struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
+			       struct ibv_srq_init_attr *init_attr)
+{
+	uint32_t asked = init_attr->attr.max_wr;
+	struct ibv_srq *srq;
+
+	REAL(ibv_create_srq);
+	srq = real(pd, init_attr);
+	record("create_srq handle=%u max_wr=%u granted=%u limit=%u ok=%d\n",
+	       srq ? srq->handle : 0, asked, init_attr->attr.max_wr,
+	       init_attr->attr.srq_limit, srq != NULL);
+	return srq;
+}
+
+int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr,
+		   int attr_mask)
+{
+	int rc;
+
+	REAL(ibv_modify_srq);
+	rc = real(srq, attr, attr_mask);
+	record("modify_srq handle=%u mask=0x%x max_wr=%u limit=%u rc=%d\n",
+	       srq->handle, attr_mask, attr->max_wr, attr->srq_limit, rc);
+	return rc;
+}
+
+int ibv_get_async_event(struct ibv_context *context,
+			struct ibv_async_event *event)
+{
+	int rc;
+
+	REAL(ibv_get_async_event);
+	rc = real(context, event);
+	if (!rc)
+		record("async_event type=%d srq=%u\n", event->event_type,
+		       (event->event_type == IBV_EVENT_SRQ_LIMIT_REACHED ||
+			event->event_type == IBV_EVENT_SRQ_ERR) &&
+				       event->element.srq
+			       ? event->element.srq->handle + 1
+			       : 0);
+	return rc;
+}
+
 /* ---- the data path, through the context's ops table ---------------------- */
 
 static int (*real_post_send)(struct ibv_qp *, struct ibv_send_wr *,
@@ -432,6 +766,7 @@ static int spy_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		remember(qp->qp_num, w);
 	}
 	rc = real_post_send(qp, wr, bad);
+	stats_post(qp, wr, rc, rc ? *bad : NULL);
 	for (w = wr; w; w = w->next) {
 		for (len = 0, n = 0, i = 0; i < w->num_sge; i++) {
 			len += w->sg_list[i].length;
@@ -507,32 +842,9 @@ static int spy_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		record("poll_cq wc opcode=%d status=%d len=%u qpn=%u wr_id=%llu%s\n",
 		       wc[i].opcode, wc[i].status, wc[i].byte_len,
 		       wc[i].qp_num, (unsigned long long)wc[i].wr_id, extra);
+		stats_wc(&wc[i]);
 	}
 	return got;
-}
-
-struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
-			     struct ibv_qp_init_attr *init_attr)
-{
-	struct ibv_qp *qp;
-
-	REAL(ibv_create_qp);
-	qp = real(pd, init_attr);
-	if (qp)
-		record("create_qp qpn=%u\n", qp->qp_num);
-	return qp;
-}
-
-int ibv_get_async_event(struct ibv_context *context,
-			struct ibv_async_event *event)
-{
-	int rc;
-
-	REAL(ibv_get_async_event);
-	rc = real(context, event);
-	if (!rc)
-		record("async_event type=%d\n", event->event_type);
-	return rc;
 }
 
 /* ---- mappings under registered memory (lesson 09's munmap-remap) ---------- */
@@ -725,6 +1037,32 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	return rc;
 }
 
+static int (*real_post_srq_recv)(struct ibv_srq *, struct ibv_recv_wr *,
+				 struct ibv_recv_wr **);
+
+static int spy_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+			     struct ibv_recv_wr **bad)
+{
+	struct ibv_recv_wr *w;
+	int rc, n = 0, i;
+
+	rc = real_post_srq_recv(srq, wr, bad);
+	for (w = wr; w && !(rc && w == *bad); w = w->next)
+		n++;
+	record("post_srq_recv handle=%u wrs=%d rc=%d\n", srq->handle, n, rc);
+	pthread_mutex_lock(&sq_lock);
+	for (i = 0;
+	     i < SRQ_MAX && srqs[i].calls && srqs[i].handle != srq->handle; i++)
+		;
+	if (i < SRQ_MAX) {
+		srqs[i].handle = srq->handle;
+		srqs[i].calls++;
+		srqs[i].wrs += n;
+	}
+	pthread_mutex_unlock(&sq_lock);
+	return rc;
+}
+
 struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct verbs_context *vctx;
@@ -746,6 +1084,8 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 			real_query_port = vctx->query_port;
 			vctx->query_port = spy_query_port;
 		}
+		real_post_srq_recv = ctx->ops.post_srq_recv;
+		ctx->ops.post_srq_recv = spy_post_srq_recv;
 		record("open_device %s\n", device->name);
 	}
 	return ctx;

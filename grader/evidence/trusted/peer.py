@@ -28,6 +28,7 @@ import os
 import secrets
 import socket
 import struct
+import subprocess
 import sys
 import time
 import types
@@ -381,6 +382,91 @@ class Session:
         self.finish()
 
 
+    # ---- lesson 13: a stream of WRITEs or SENDs into slots --------------------
+
+    def lesson13_server(self):
+        """Advertise --slots zeroed slots of --size bytes (with --send, post
+        one receive per message up front, message i into slot i % M, so
+        that no SEND ever waits for one); after the client's 'D' check our
+        own memory: slot j must hold the last message aimed at it, the
+        pattern of --seed with the message's number in its first and last
+        8 bytes (lessons/13-throughput/README.md)."""
+        a, r = self.args, self.result
+        size, n, m = a.size, a.iters, a.slots
+        res = RcResources(a.device, a.gid_index, m * size,
+                          e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE,
+                          e.IBV_ACCESS_REMOTE_WRITE,
+                          max_wr=n + 1 if a.send else 4)
+        res.write(bytes(m * size))
+        for i in range(n if a.send else 0):
+            res.post_recv(i, (i % m) * size, size)
+        self.meet(res, res.advertise(m * size))
+        self.finish()
+        if a.send:
+            wrong = 0
+            for i in range(n):
+                wc = res.poll(f"receive {i}", 5, None)
+                wrong += wc.byte_len != size
+            r["receives"], r["wrong_length"] = n, wrong
+        base = patterns.cycle(size, a.seed)
+        memory = res.read()
+        r["slots_checked"], r["mismatch"] = min(m, n), None
+        for j in range(min(m, n)):
+            i = j + (n - 1 - j) // m * m
+            want = bytearray(base)
+            want[:8] = want[-8:] = struct.pack("<Q", i)
+            got = memory[j * size:(j + 1) * size]
+            bad = patterns.first_mismatch(got, bytes(want))
+            if bad is not None:
+                r["mismatch"] = {
+                    "slot": j, "offset": bad, "message": i,
+                    "got": got[bad], "expected": want[bad],
+                    "found_message": struct.unpack("<Q", got[:8])[0],
+                    "nonzero_bytes": size - got.count(0)}
+                break
+
+    # ---- lesson 14: one client of a server on a shared receive queue ----------
+
+    def lesson14_client(self):
+        """Connect, wait for the server's 'G', send --iters requests of
+        --size fresh random bytes one at a time, and check each reply in
+        our own memory: it must be the request reversed
+        (lessons/14-srq/README.md). Before 'D', while the server's QP
+        for us exists, ask the kernel which SRQ that QP takes its
+        receives from."""
+        a, r = self.args, self.result
+        size = a.size
+        res = RcResources(a.device, a.gid_index, 2 * size,
+                          e.IBV_ACCESS_LOCAL_WRITE, 0)
+        r["qpn"] = res.qp.qp_num
+        theirs = self.meet(res, res.info(length=size))
+        oob.sync(self.sock, b"G")
+        r["replies"] = 0
+        for i in range(a.iters):
+            req = secrets.token_bytes(size)
+            res.write(req, 0)
+            res.post_recv(WRID_RECV, size, size)
+            res.post_send(WRID_SEND, e.IBV_WR_SEND, 0, size)
+            got = {}
+            while len(got) < 2:
+                wc = res.poll(f"request {i}", a.timeout, self.sock)
+                got[wc.wr_id] = wc
+            if got[WRID_RECV].byte_len != size:
+                raise PeerGone(f"request {i}: a reply of "
+                               f"{got[WRID_RECV].byte_len} bytes, expected "
+                               f"{size}")
+            reply, want = res.read(size, size), req[::-1]
+            bad = patterns.first_mismatch(reply, want)
+            if bad is not None:
+                raise PeerGone(
+                    f"request {i}: the reply is not our request reversed "
+                    f"(byte {bad}: got 0x{reply[bad]:02x}, expected "
+                    f"0x{want[bad]:02x}; {size - reply.count(0)} of its "
+                    f"{size} bytes are not zero)")
+            r["replies"] = i + 1
+        r["srq"] = kernel_srq_of(theirs.qpn)
+        self.finish()
+
 # ---- lesson 08: rdma_cm --------------------------------------------------------
 
 # struct cm_msg in lessons/08-rdma-cm/cm_common.h, big-endian on the wire.
@@ -569,10 +655,43 @@ class CmSession(Session):
         cmid.disconnect()
 
 
+def _qpn_ranges(items):
+    """`rdma -j resource show srq`'s lqpn: ["19-20", "23"] -> [19, 20, 23]."""
+    out = []
+    for item in items if isinstance(items, list) else [items]:
+        for part in str(item).split(","):
+            lo, _, hi = part.partition("-")
+            if lo.strip().isdigit():
+                out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def kernel_srq_of(qpn):
+    """What `rdma -j resource show srq` says about the SRQ that QP `qpn`
+    takes its receives from: {srqn, pid, lqpn: [...]}, None (no SRQ has
+    it), or {"error": why}. Asked of this host: on host B of a pair the
+    program's QPs are on host A, so nothing is asked there."""
+    if os.environ.get("RXE_JOB_DIR"):
+        return {"error": "not asked on host B of a pair"}
+    try:
+        out = subprocess.run(["rdma", "-j", "resource", "show", "srq"],
+                             capture_output=True, text=True,
+                             timeout=10).stdout
+        for srq in json.loads(out or "[]"):
+            qpns = _qpn_ranges(srq.get("lqpn", []))
+            if qpn in qpns:
+                return {"srqn": srq.get("srqn"), "pid": srq.get("pid"),
+                        "lqpn": qpns}
+    except (OSError, ValueError, subprocess.TimeoutExpired) as err:
+        return {"error": str(err)}
+    return None
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="peer.py", description=__doc__.split(
         "\n\n")[0])
-    p.add_argument("lesson", choices=["05", "06", "07", "08", "12"])
+    p.add_argument("lesson", choices=["05", "06", "07", "08", "12", "13",
+                                      "14"])
     p.add_argument("role", choices=["server", "client"])
     p.add_argument("--host", default=os.environ.get("RDMA_IP", "localhost"))
     p.add_argument("--port", type=int, default=0)
@@ -591,6 +710,9 @@ def main(argv=None):
     p.add_argument("--clients", type=int, default=2)     # 12, server
     p.add_argument("--start", type=int, default=0)       # 12, server
     p.add_argument("--skip", type=int, default=0)        # 12, client
+    p.add_argument("--slots", type=int, default=16)      # 13, server
+    p.add_argument("--seed", type=int, default=1)        # 13, server
+    p.add_argument("--send", action="store_true")        # 13, server
     args = p.parse_args(argv)
     return (CmSession if args.lesson == "08" else Session)(args).run()
 
