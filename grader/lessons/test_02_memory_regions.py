@@ -183,8 +183,8 @@ def test_reg_mr_releases(build, rdma, spy_lib):
 
 # As test_02_memory_regions_spy.py: a printed median encloses the real
 # call and the interposer's own clock reads, so it lies between half and
-# 3x + 200 us of the real median (0.01: the CSV's two decimals).
-LOW, FACTOR, HIGH_US = 0.5, 3.0, 200.0
+# 3x + 2 ms of the real median (0.01: the CSV's two decimals).
+LOW, FACTOR, HIGH_US = 0.5, 3.0, 2000.0
 
 
 @functools.lru_cache(maxsize=None)

@@ -17,8 +17,12 @@ below it at the small sizes. Above it, the interposer's own two clock reads
 and its record sit inside the program's interval: 3-5 us a call in the
 micro-VM, but a clock read there is an emulated HPET access that can wait
 tens of microseconds for QEMU's lock (a solution's 8 KiB dereg printed
-84 us for 14.6 us real, the host loaded, in 2 of 3 calls). HIGH_US holds
-that and more; -n 5 calls per size make the median need 3 such calls.
+84 us for 14.6 us real, the host loaded, in 2 of 3 calls; with three
+micro-VMs on two loaded cores a 4 KiB registration printed 887 us for
+74 us real). HIGH_US, 2 ms, holds that twice over; -n 5 calls per size
+make the median need 3 such calls. The upper side still catches a timer
+around more than the call where it matters, at the large sizes (a 32 MiB
+memset or page-touching loop takes tens of milliseconds).
 """
 
 import secrets
@@ -31,7 +35,7 @@ from grader.evidence.interpose import Spy, build_interposer, parse_int
 FLAGS = {"local_write": 1, "remote_write": 2, "remote_read": 4,
          "remote_atomic": 8}
 COST_ARGS = ("--max-size", "4M", "-n", "5")
-LOW, FACTOR, HIGH_US = 0.5, 3.0, 200.0
+LOW, FACTOR, HIGH_US = 0.5, 3.0, 2000.0
 
 
 @pytest.fixture(scope="module")

@@ -57,7 +57,11 @@ PROG = "events"
 # start (the reference peer's --accept-timeout, or the program's -t when it
 # serves the reference client). PEER_START: the reference peer's own start
 # (pyverbs: 1-2 s quiet, 30 s measured on 2 loaded cores in half a CPU).
-T = "10"
+# T is 30, not 10: the client's first wait, for the reference server's QP
+# info, includes the server's setup after it accepts (pyverbs objects:
+# more than 10 s with six gradings at once on 2 loaded cores - "out-of-band
+# receive timed out after 10 s" where a lost wakeup was expected).
+T = "30"
 T_ACCEPT = "60"
 PEER_START = 120
 CPU_RE = (r"^cpu: (\d+\.\d{3}) s user, (\d+\.\d{3}) s system in "

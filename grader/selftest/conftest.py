@@ -112,6 +112,8 @@ def grade_tree(tree, tmp_path_factory, lessons=None):
         [sys.executable, "grader/session/client.py", "--",
          "-c", "grader/pytest.ini", "--rootdir", ".",
          "-p", "grader.session.plugin", "-qq", "--tb=no", "-rN", "--color=no",
+         # every lesson in full: the self-check reads any lesson's lines
+         "--verbose-failures",
          "grader/lessons", f"--src={tree}", f"--results={out}/results.json",
          f"--transcripts={out}/transcripts",
          *([f"--lesson={','.join(lessons)}"] if lessons else [])],

@@ -186,6 +186,7 @@ def test_each_cheat_loses_exactly_what_it_fakes(tmp_path):
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini",
          "--rootdir", ".", "-p", "grader.session.plugin", "-qq", "--tb=no", "-rN",
+         "--verbose-failures",
          "--color=no", *nodes, f"--src={TREE}", f"--junitxml={junit}",
          f"--transcripts={tmp_path}/transcripts"],
         cwd=COURSE, capture_output=True, text=True, timeout=850)
