@@ -24,6 +24,9 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 export BATS_LIB_PATH=/usr/lib/bats
+# A host-side bats test that hangs fails after this long instead of
+# holding make test for ever (pytest's tests have pytest-timeout).
+export BATS_TEST_TIMEOUT=${BATS_TEST_TIMEOUT:-600}
 # The course's own tests run make grade on a tree being edited; the refusal
 # to grade with modified grader files has a test of its own (test_hostile.py).
 export ALLOW_MODIFIED_GRADER=1

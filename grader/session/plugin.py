@@ -9,210 +9,24 @@ transcript is saved under .grade/transcripts/ and its path printed with the
 lesson's hint. `make grade` runs this inside vm-setup/with-rxe.
 """
 
-import fcntl
-import json
-import os
 import re
 import resource
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from grader.core import harness
-from grader.session import report, symptoms
-from grader.core.build import build_dir, compile_lesson
+from grader.session import records, report, symptoms
+from grader.session.lesson import (LESSON_FILE, Build, GradedOnSubmission,
+                                   Lesson, find_lessons, parse_lesson_arg,
+                                   short_test_name)
+from grader.core.build import build_dir
 from grader.core.course import COURSE as COURSE_DEFAULT
 from grader.core.harness import GradeFailure
 from grader.evidence.rxe import Rdma
 from grader.evidence.trusted import run as peers
 from grader.evidence.sandbox import Sandbox
-
-HUNG_TIMEOUT = 5            # seconds per wait once a lesson's program hung,
-HUNG_AGAIN = 1              # ... and once another one hung too
-LESSON_FILE = re.compile(r"test_(\d\d)_")
-
-
-def points(n, title):
-    """Decorate a test with its points and its title."""
-    return pytest.mark.points(n, title)
-
-
-class GradedOnSubmission(Exception):
-    """Raised by a test whose claim can only be graded where the instructor
-    grades (lesson 09's predictions, against a key the students'
-    repository does not hold): its message says what was checked here.
-    The test's points are pending, neither earned nor lost: the Score line
-    says `(+N graded on submission)`, results.json marks the test
-    `"status": "pending"`."""
-
-
-# ---- lessons ----------------------------------------------------------------
-
-class Lesson:
-    def __init__(self, path):
-        self.dir = path
-        self.name = path.name                   # "05-send-recv"
-        self.number = self.name[:2]             # "05"
-        meta = path / "lesson.toml"
-        try:
-            self.meta = tomllib.loads(meta.read_text())
-        except FileNotFoundError:
-            self.meta = {}
-        except tomllib.TOMLDecodeError as e:
-            raise pytest.UsageError(f"{meta}: {e}") from e
-        self.title = self.meta.get("title", self.name)
-        try:
-            self.symptoms = symptoms.load(self.meta, str(meta))
-        except ValueError as e:
-            raise pytest.UsageError(str(e)) from e
-        self.timeout = int(self.meta.get("timeout", harness.DEFAULT_TIMEOUT))
-        self.build_log = ""
-        self.warnings = ""
-
-    def hints(self, test_name):
-        """The test's hints, in tiers: a failure shows the first, `make
-        hint` the next ones (lesson.toml: a string, or a list of strings)."""
-        h = self.meta.get("hints", {}).get(test_name) or self.meta.get("hint")
-        return [h] if isinstance(h, str) else list(h or [])
-
-    def hint(self, test_name):
-        tiers = self.hints(test_name)
-        return tiers[0] if tiers else None
-
-    def final_line(self, prog):
-        """lesson.toml [final_line]: the regex of PROG's last line."""
-        return self.meta.get("final_line", {}).get(prog)
-
-
-def _test_name(nodeid):
-    """grader/lessons/test_05_x.py::test_a[p] -> test_a"""
-    return nodeid.split("::")[-1].split("[")[0]
-
-
-def find_lessons(course):
-    return {p.name[:2]: p for p in sorted((course / "lessons").glob("[0-9][0-9]-*"))
-            if p.is_dir()}
-
-
-def parse_lesson_arg(arg, lessons):
-    """'5', '05', '05-send-recv', '05,06', '05 06' -> ['05', '06']."""
-    want = []
-    for tok in re.split(r"[,\s]+", arg.strip()):
-        if not tok:
-            continue
-        m = re.match(r"^(\d{1,2})(-.*)?$", tok)
-        num = m.group(1).zfill(2) if m else None
-        if num not in lessons:
-            raise pytest.UsageError(
-                f"no lesson '{tok}'; the lessons are: "
-                + " ".join(f"{n} ({p.name})" for n, p in lessons.items()))
-        want.append(num)
-    return want
-
-
-# ---- building a lesson --------------------------------------------------------
-
-class Build:
-    """One lesson compiled from one SRC tree (see lessons/common/lesson.mk)."""
-
-    def __init__(self, lesson, src, course, out, prebuilt=False,
-                 sandbox=None):
-        self.lesson, self.src, self.course, self.out = lesson, src, course, out
-        self.sandbox = sandbox
-        self.error = None
-        self.error_shown = False
-        self.hung = None            # the command of a program that hung
-        tree = src / lesson.name
-        self.repro = f"make build LESSON={lesson.number} SRC={src}"
-        built = compile_lesson(course, src, lesson.name, prebuilt=prebuilt)
-        if built["missing"]:
-            self.error = (f"{tree}/ does not exist: there is nothing to grade "
-                          f"for lesson {lesson.name} in SRC={src}")
-            return
-        rc, out, err = built["rc"], built["stdout"], built["stderr"]
-        lesson.build_log = f"$ {built['command']}\n{out}{err}"
-        diag = "\n".join(line for line in err.splitlines()
-                         if not line.startswith("make"))
-        if rc != 0:
-            self.error = (f"compile error (reproduce: {self.repro}):\n"
-                          + "\n".join("  | " + x for x in
-                                      (diag or out + err).splitlines()))
-        elif diag.strip():
-            lesson.warnings = diag
-
-    def path(self, prog):
-        if self.error:
-            if self.error_shown:
-                raise GradeFailure("not run: does not compile (the "
-                                   "compiler's message is in this lesson's "
-                                   "first test)")
-            self.error_shown = True
-            raise GradeFailure(self.error)
-        p = self.out / prog
-        if not p.exists():
-            raise GradeFailure(f"{p} was not built (is {self.src}/"
-                               f"{self.lesson.name}/{prog}.c there?)")
-        return p
-
-    @property
-    def as_root(self):
-        """Do the student's programs run as root? (Not in the sandbox.)"""
-        return os.geteuid() == 0 and not (self.sandbox and
-                                          self.sandbox.contained)
-
-    def _timeout(self, timeout):
-        t = self.lesson.timeout if timeout is None else timeout
-        # Once a program of the lesson hung, every later wait is short (the
-        # harness caps them all, see _saw).
-        return harness.capped(t)
-
-    def _saw(self, result, prog=None):
-        if prog:
-            result.prog = prog
-        if result.timed_out and not self.hung:
-            self.hung = result.command
-            # A hanging lesson costs one full timeout, not one per test:
-            # from now on every wait of the lesson - its programs', the
-            # reference peers', whatever timeout a test asked for - is cut
-            # (the next lesson lifts it, Grader.pytest_runtest_logstart).
-            harness.limit_waits(HUNG_TIMEOUT, HUNG_AGAIN)
-
-    def hung_note(self):
-        if self.hung:
-            return (f"note: a program of this lesson hung ({self.hung}), so "
-                    f"the lesson's later waits were cut to {HUNG_TIMEOUT} s "
-                    f"(to {HUNG_AGAIN} s once another hung)")
-        return None
-
-    def run(self, prog, *args, timeout=None, input=None, env=None, wrap=()):
-        """Run the student's `prog` in the sandbox, to completion."""
-        res = harness.run([*wrap, self.path(prog), *args],
-                          timeout=self._timeout(timeout), input=input,
-                          env=env, sandbox=self.sandbox,
-                          final=self.lesson.final_line(prog))
-        self._saw(res, prog)
-        return res
-
-    def start(self, prog, *args, ready=r"listening on port (\d+)",
-              timeout=None, env=None, wrap=(), input=None):
-        """Start the student's `prog` in the sandbox (see harness.start)."""
-        return harness.start([*wrap, self.path(prog), *args], ready=ready,
-                             timeout=self._timeout(timeout), env=env,
-                             input=input, sandbox=self.sandbox,
-                             on_result=lambda r: self._saw(r, prog),
-                             final=self.lesson.final_line(prog))
-
-    def run_cmd(self, cmd, timeout=None, input=None, env=None):
-        return harness.run(cmd, timeout=self._timeout(timeout), input=input,
-                           env=env, cwd=self.course)
-
-    def command(self, prog, *args):
-        """The command line that runs @prog with @args, as a student would
-        type it: for failure messages ('reproduce: ...')."""
-        return " ".join([str(self.path(prog)), *map(str, args)])
-
 
 # ---- the plugin ---------------------------------------------------------------
 
@@ -357,7 +171,7 @@ class Grader:
             if not mark or len(mark.args) != 2:
                 raise pytest.UsageError(f"{item.nodeid}: every grader test "
                                         f"needs @points(N, 'title')")
-            self.all_tests.setdefault(num, {})[_test_name(item.nodeid)] = \
+            self.all_tests.setdefault(num, {})[short_test_name(item.nodeid)] = \
                 tuple(mark.args)
             if self.test_filter and not self.selected(item, mark.args[1]):
                 dropped.append(item)
@@ -578,32 +392,11 @@ class Grader:
             harness.track_trusted(None)
         got, total = self.score()
         if self.results_path:
-            tests = []
-            for nodeid, (num, pts, title) in self.items.items():
-                rec = self.outcome.get(nodeid, {"passed": False, "output":
-                                                "not run", "duration": 0})
-                tests.append({
-                    "name": f"{self.lesson(num).name}: {title}",
-                    "score": pts if rec["passed"] else 0,
-                    "max_score": pts,
-                    "status": ("passed" if rec["passed"] else
-                               "pending" if rec.get("pending") else "failed"),
-                    "output": rec["output"],
-                    "execution_time": round(rec["duration"], 2),
-                })
-            data = {"score": got, "max_score": total,
-                    "execution_time": round(time.monotonic() - self.started, 1),
-                    "output": f"{self.score_line()} (SRC={self.src})",
-                    "tests": tests}
-            if self.pending():
-                data["graded_on_submission"] = self.pending()
-            p = Path(self.results_path)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(json.dumps(data, indent=2) + "\n")
+            records.write_results(self, Path(self.results_path))
         if self.status_path:
-            self.save_status()
+            records.save_status(self, Path(self.status_path))
         if self.config.getoption("summary"):
-            self.save_summary(Path(self.config.getoption("summary")))
+            records.write_summary(self, Path(self.config.getoption("summary")))
         # Points graded on submission are not missing here: a session
         # whose only "failures" are those ends well.
         if self.items and got + self.pending() < total and \
@@ -613,90 +406,6 @@ class Grader:
                 got + self.pending() == total and \
                 session.exitstatus == pytest.ExitCode.TESTS_FAILED:
             session.exitstatus = pytest.ExitCode.OK
-
-    def save_summary(self, path):
-        """Per lesson: got, total, compiled (False: a compile error or no
-        files), hung (the command of a program that hung, or null)."""
-        lessons = {}
-        for num in sorted({n for n, _, _ in self.items.values()}):
-            got, total = self.subtotal(num)
-            b = self.builds.get(num)
-            lessons[self.lesson(num).name] = {
-                "got": got, "total": total,
-                "compiled": None if b is None else not b.error,
-                "hung": b.hung if b else None}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"lessons": lessons}, indent=2) + "\n")
-
-    def save_status(self):
-        """.grade/status.json: per lesson, where it stands (make status
-        reads it; make hint reads its first failing test). Each test's
-        last result is kept: a TEST= run updates its tests and leaves the
-        others' results as the last grading left them."""
-        path = Path(self.status_path)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            lock = open(path.with_name(path.name + ".lock"), "a")
-        except OSError:
-            return
-        # Shards of one grading write their lessons side by side.
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            self._update_status(path)
-
-    def _update_status(self, path):
-        try:
-            status = json.loads(path.read_text())
-        except (OSError, ValueError):
-            status = {}
-        when = time.strftime("%Y-%m-%d %H:%M")
-        for num in sorted({n for n, _, _ in self.items.values()}):
-            name = self.lesson(num).name
-            old = status.get(name, {})
-            known = (old.get("tests", {}) if self.test_filter and
-                     old.get("src") == str(self.src) else {})
-            tests = {}
-            # Every test of the lesson, in the order of its files.
-            for test, (pts, title) in self.all_tests.get(num, {}).items():
-                tests[test] = known.get(test) or {
-                    "title": title, "points": pts, "passed": None}
-            for nid, (n, pts, title) in self.items.items():
-                if n == num and nid in self.outcome:
-                    tests[_test_name(nid)] = {
-                        "title": title, "points": pts, "when": when,
-                        "passed": bool(self.outcome[nid]["passed"]),
-                        "pending": bool(self.outcome[nid].get("pending")),
-                        "causes": self.causes.get(nid, []),
-                        # its block was shown in full, with its hint
-                        # unless causes stood in for it
-                        "hint_shown": nid in self.hint_shown}
-            first = next((t for t, r in tests.items()
-                          if r["passed"] is False
-                          and not r.get("pending")), "")
-            rec = tests.get(first, {})
-            status[name] = {
-                "got": sum(r["points"] for r in tests.values()
-                           if r["passed"]),
-                "total": sum(r["points"] for r in tests.values()),
-                "pending": sum(r["points"] for r in tests.values()
-                               if r.get("pending")),
-                "when": when, "src": str(self.src),
-                # what this grading ran: the whole lesson, or TEST=
-                "test_filter": self.test_filter,
-                "not_graded": [t for t, r in tests.items()
-                               if r["passed"] is None],
-                "first_failing": rec.get("title", ""),
-                "first_failing_test": first,
-                # The failure showed these causes instead of the test's
-                # first hint: make hint starts at that hint.
-                "first_failing_causes": rec.get("causes", []),
-                "first_failing_hint_shown": rec.get("hint_shown", False),
-                "tests": tests}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(status, indent=2) + "\n")
-        except OSError:
-            pass
 
     def next_step(self):
         """The command to run next, when points are missing."""

@@ -422,12 +422,20 @@ fi
 
 # The guest's OUT/ERR ports reach our stdout/stderr through FIFOs that cat
 # drains: cat shares our descriptors, so output to a regular file lands at
-# the right offset (QEMU reopening /dev/fd/1 would write over it).
+# the right offset (QEMU reopening /dev/fd/1 would write over it). Each
+# FIFO's read end is opened here, before QEMU starts, and handed to cat;
+# fds 7 and 8 are our own write ends (an O_RDWR open never blocks), so a
+# cat sees end-of-file only once QEMU has exited and we close them -
+# whether QEMU ever opened its end or not, and however late cat starts.
 mkfifo "$run/stdout" "$run/stderr" || die "mkfifo failed in $run"
-cat "$run/stdout" &
+exec 7<>"$run/stdout" 8<>"$run/stderr"
+exec 9<"$run/stdout"
+cat <&9 7>&- 8>&- 9<&- &
 cat_out=$!
-cat "$run/stderr" >&2 &
+exec 9<"$run/stderr"
+cat <&9 >&2 7>&- 8>&- 9<&- &
 cat_err=$!
+exec 9<&-
 
 # The shell gets our terminal (fd 5: a background job's stdin would be
 # /dev/null); a command gets no input.
@@ -440,14 +448,14 @@ mapfile -t out_ports < <(ports "file,path=$run/stdout" "file,path=$run/stderr")
 	-virtfs "local,path=$run,mount_tag=run,security_model=none,multidevs=remap" \
 	"${virtfs[@]}" "${nic[@]}" \
 	"${console[@]}" "${out_ports[@]}" \
-	<&5 2>"$run/qemu.err" &
+	<&5 2>"$run/qemu.err" 7>&- 8>&- &
 qpid=$!
 deadline=$((SECONDS + timeout))
 while kill -0 "$qpid" 2>/dev/null; do
 	if [ "$SECONDS" -ge "$deadline" ]; then
 		kill -9 "$qpid" 2>/dev/null
 		wait "$qpid" 2>/dev/null
-		for f in stdout stderr; do : <>"$run/$f"; done
+		exec 7>&- 8>&-
 		wait "$cat_out" "$cat_err"
 		qpid='' keep=1
 		echo "rxe-vm: the command did not finish within ${timeout} s; the VM was killed" >&2
@@ -459,9 +467,8 @@ done
 wait "$qpid"
 qrc=$?
 qpid=
-# If QEMU died before opening the FIFOs, a reader is still waiting: an
-# O_RDWR open (never blocks) gives it a writer and, at once, end-of-file.
-for f in stdout stderr; do : <>"$run/$f"; done
+# QEMU is gone: our write ends were the last ones.
+exec 7>&- 8>&-
 wait "$cat_out" "$cat_err"
 
 if [ -e "$run/rc" ]; then
