@@ -36,7 +36,6 @@ reply (milliseconds here), the server 60 s for its clients to connect
 (their start included) and for any sign of life while it serves.
 """
 
-import re
 from contextlib import ExitStack
 
 import pytest
