@@ -597,22 +597,80 @@ TSHARK_FIELDS = [
     "infiniband.aeth.syndrome", "infiniband.aeth.msn",
     "infiniband.atomiceth.swapdt", "infiniband.atomiceth.cmpdt",
     "infiniband.atomicacketh.origremdt", "infiniband.immdt",
-    "infiniband.payload", "_ws.malformed", "_ws.expert.message"]
+    "infiniband.deth.q_key", "infiniband.deth.srcqp", "infiniband.ieth",
+    "udp.length", "_ws.malformed", "_ws.expert.message"]
 
 
 def tshark():
     return shutil.which("tshark")
 
 
+def reshuffle(blob, rng):
+    """A real capture with its identifiers made new: every destination QP
+    number mapped to a random one (the same one each time it appears),
+    every PSN moved by one random amount (mod 2^24: each QP's sequence
+    stays a sequence), every rkey mapped to a random one, every virtual
+    address moved by one random page-aligned amount, the atomic ACKs' old
+    values by another; the ICRC is computed again. Frames that are not
+    RoCE v2 over IPv4 stay as they were. (Lesson 16's captures, shown to
+    roce_dump afresh each grading.)"""
+    linktype, records, _, _ = read_pcap(blob)
+    qpns, rkeys = {}, {}
+    dpsn = rng.randrange(1, 1 << 24)
+    dva = rng.randrange(1, 1 << 40) << 12
+    dorig = rng.randrange(1, 1 << 48)
+
+    def new(table, old, bits):
+        while old not in table:
+            v = rng.randrange(1, 1 << bits)
+            if v not in table.values():
+                table[old] = v
+        return table[old]
+
+    out = [blob[:FILE_HEADER]]
+    for r in records:
+        data = bytearray(r.data)
+        p = decode_frame(bytes(data)) if linktype == LINKTYPE_ETHERNET else None
+        if isinstance(p, Roce) and not p.malformed and ":" not in p.src \
+                and r.caplen == r.origlen:
+            ihl = (data[14] & 0x0f) * 4
+            at = 14 + ihl + 8
+            b = data[at:]
+            struct.pack_into("!I", b, 4, (b[4] << 24) |
+                             new(qpns, p.destqp, 24))
+            struct.pack_into("!I", b, 8, (b[8] & 0x80) << 24 |
+                             ((p.psn + dpsn) & 0xffffff))
+            off = 12
+            for h in OPCODES.get(p.opcode, (None, ()))[1]:
+                if h in ("RETH", "AtomicETH"):
+                    va, rkey = struct.unpack_from("!QI", b, off)
+                    struct.pack_into("!QI", b, off, (va + dva) % (1 << 64),
+                                     new(rkeys, rkey, 32))
+                elif h == "AtomicAckETH":
+                    orig = struct.unpack_from("!Q", b, off)[0]
+                    struct.pack_into("!Q", b, off, (orig + dorig) % (1 << 64))
+                off += HDR_SIZE[h]
+            ip, udp = bytes(data[14:14 + ihl]), bytes(data[14 + ihl:at])
+            if ihl == 20:
+                struct.pack_into("<I", b, len(b) - 4,
+                                 icrc(ip, udp, bytes(b[:-4])))
+            data[at:] = b
+        out.append(struct.pack("<IIII", int(r.ts), int((r.ts % 1) * 1e6),
+                               len(data), r.origlen) + bytes(data))
+    return b"".join(out)
+
+
 def tshark_packets(path, timeout=120):
     """tshark's decoding of every RoCEv2 packet of a pcap file: one dict
-    per packet, TSHARK_FIELDS -> text ('' when absent). Heuristic
-    dissectors that would claim a SEND's payload (RPC-over-RDMA) are off."""
+    per packet, TSHARK_FIELDS -> text ('' when absent). What would read a
+    payload as another protocol (RPC-over-RDMA's heuristic; taking its first
+    bytes for an EtherType) is off: the payload is data."""
     exe = tshark()
     if not exe:
         raise FileNotFoundError("tshark is not installed "
                                 "(vm-setup/install-deps.sh installs it)")
     cmd = [exe, "-n", "-r", str(path), "--disable-protocol", "rpcordma",
+           "-o", "infiniband.identify_payload:FALSE",
            "-Y", "udp.dstport == 4791", "-T", "fields",
            "-E", "separator=\t", "-E", "occurrence=a", "-E", "aggregator=,"]
     for f in TSHARK_FIELDS:
