@@ -601,6 +601,12 @@ TSHARK_FIELDS = [
     "udp.length", "_ws.malformed", "_ws.expert.message"]
 
 
+# What tshark would try to read a RoCE payload as: the payload is data here.
+PAYLOAD_PROTOCOLS = ["rpcordma", "smc", "smb_direct", "nvme-rdma", "lnet",
+                     "iser", "infiniband.eoib", "infiniband_sdp", "fcoib",
+                     "drbd"]
+
+
 def tshark():
     return shutil.which("tshark")
 
@@ -669,10 +675,12 @@ def tshark_packets(path, timeout=120):
     if not exe:
         raise FileNotFoundError("tshark is not installed "
                                 "(vm-setup/install-deps.sh installs it)")
-    cmd = [exe, "-n", "-r", str(path), "--disable-protocol", "rpcordma",
+    cmd = [exe, "-n", "-r", str(path),
            "-o", "infiniband.identify_payload:FALSE",
            "-Y", "udp.dstport == 4791", "-T", "fields",
            "-E", "separator=\t", "-E", "occurrence=a", "-E", "aggregator=,"]
+    for p in PAYLOAD_PROTOCOLS:
+        cmd += ["--disable-protocol", p]
     for f in TSHARK_FIELDS:
         cmd += ["-e", f]
     with tempfile.TemporaryDirectory() as home:
@@ -688,7 +696,11 @@ def tshark_packets(path, timeout=120):
     for line in res.stdout.splitlines():
         vals = line.split("\t")
         vals += [""] * (len(TSHARK_FIELDS) - len(vals))
-        rows.append(dict(zip(TSHARK_FIELDS, vals)))
+        row = dict(zip(TSHARK_FIELDS, vals))
+        # Malformed as InfiniBand (its headers), not a payload's guess.
+        if "Malformed Packet: IB]" not in row["_ws.malformed"]:
+            row["_ws.malformed"] = ""
+        rows.append(row)
     return rows
 
 
