@@ -461,16 +461,28 @@ class Segment:
         MIDDLEs and a LAST continue it (per destination QP); an ONLY, an
         ACK, a READ request or an atomic is one by itself. A packet whose
         PSN its QP already carried (a retransmission) is left out unless
-        `retransmits`."""
-        out, open_, seen = [], {}, set()
+        `retransmits`; so is a READ request for the rest of an earlier one
+        (the requester asks again from the first response it lacks: a later
+        PSN, the address that far on, the same rkey and end)."""
+        out, open_, seen, reads = [], {}, set(), {}
         for p in self.packets(src, dst):
             if not p.decoded or p.malformed:
                 continue
             key = (p.src, p.dst, p.destqp)
             if not retransmits and p.low not in (0x11, 0x12):
-                if (key, p.psn, p.opcode) in seen:
+                # (A response sent again may change FIRST to MIDDLE: the
+                # PSN alone says it is the same packet.)
+                if (key, p.psn) in seen:
                     continue
-                seen.add((key, p.psn, p.opcode))
+                seen.add((key, p.psn))
+                if p.low == 0x0c and p.reth:
+                    va, rkey, n = p.reth
+                    prev = reads.get(key)
+                    if (prev and prev[1] == rkey and prev[0] < va and
+                            prev[0] + prev[2] == va + n and
+                            0 < (p.psn - prev[3]) % (1 << 24) < 1 << 23):
+                        continue
+                    reads[key] = (va, rkey, n, p.psn)
             if p.low in FIRST:
                 open_[key] = Message([p])
                 out.append(open_[key])
