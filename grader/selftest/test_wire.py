@@ -6,7 +6,8 @@ test_NN_*_wire.py).
   and on a real capture of a linked pair.
 - On a linked pair (make grade HOSTS=2's set-up: the programs on host A,
   the reference peers on host B, the link recorded), in one boot: the
-  solutions earn every wire test; each cheat of build/selftest-cheats/ fails
+  solutions earn every wire test and lesson 16's (whose real capture is
+  then fresh traffic across the pair); each cheat of build/selftest-cheats/ fails
   exactly its WIRE_EXPECTED; each cheat only the wire catches
   (build/selftest-cheats-wire/, WIRE_ONLY) fails exactly those tests and
   passes the lesson's reference-peer tests.
@@ -25,8 +26,6 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import COURSE
-from test_cheats import (TREE, WIRE_EXPECTED, WIRE_ONLY, WIRE_TREE, make_tree,
-                         make_wire_tree)
 
 sys.path.insert(0, str(COURSE))
 from grader.evidence import wire  # noqa: E402
@@ -168,6 +167,10 @@ def _pytest_on_a(tree, nodes, name):
 @pytest.mark.timeout(1800)
 def test_wire_tests_on_a_linked_pair():
     """Solutions: every wire test passes; the cheats: exactly theirs fail."""
+    # The cheats are the instructor's (not in a student repository, where
+    # this module's decoder tests still run).
+    from test_cheats import (TREE, WIRE_EXPECTED, WIRE_ONLY, WIRE_TREE,
+                             make_tree, make_wire_tree)
     from grader.core.build import compile_lesson
     OUT.mkdir(parents=True, exist_ok=True)
     for f in OUT.glob("*.xml"):
@@ -191,8 +194,14 @@ def test_wire_tests_on_a_linked_pair():
                          for p in (COURSE / "grader/lessons").glob(
                              f"test_{lesson[:2]}_*.py")
                          if p.stem.endswith(("_wire", "_peer"))})
+    # Lesson 16 with them: on a capturing pair its real capture is fresh
+    # traffic the grader makes across the link.
+    lesson16 = [str(p.relative_to(COURSE)) for p in
+                (COURSE / "grader/lessons").glob("test_16_*.py")]
+    for name in {p.split("/")[-1][5:7] for p in lesson16}:
+        lessons.append(next((COURSE / "lessons").glob(f"{name}-*")).name)
     cmd_a = "; ".join([
-        _pytest_on_a("solutions", rel, "solutions"),
+        _pytest_on_a("solutions", rel + lesson16, "solutions"),
         _pytest_on_a(str(TREE.relative_to(COURSE)), cheat_nodes, "cheats"),
         _pytest_on_a(str(WIRE_TREE.relative_to(COURSE)), only_nodes,
                      "wire-only"),
@@ -207,7 +216,8 @@ def test_wire_tests_on_a_linked_pair():
         assert (OUT / f"{name}.xml").exists(), f"{name}: no results\n{log}"
     problems = []
     sol = _junit(OUT / "solutions.xml")
-    assert len(sol) >= 10, f"the wire tests did not run: {sol}\n{log}"
+    assert len(sol) >= 10 and any(t.startswith("test_16_") for t in sol), \
+        f"the wire tests and lesson 16 did not run: {sol}\n{log}"
     problems += [f"solutions failed {t}" for t, failed in sol.items() if failed]
     got = _junit(OUT / "cheats.xml")
     for cls, per in WIRE_EXPECTED.items():
