@@ -422,7 +422,7 @@ if [ $probe_only = 1 ]; then
 	exit 0
 fi
 
-append="console=$con panic=-1 rdinit=/init$ports_arg ${RXE_VM_APPEND:-}"
+append="console=$con panic=-1 no_timer_check rdinit=/init$ports_arg ${RXE_VM_APPEND:-}"
 [ -n "$member" ] && append+=" rxe_vm.nic=1 rxe_vm.ip=$my_ip"
 if [ "$verbose" = 1 ]; then
 	append+=" loglevel=4 rxe_vm.verbose=1"
