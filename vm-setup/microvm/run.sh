@@ -40,6 +40,9 @@
 #                      timings) in the run directory, whose path is printed
 #   RXE_VM_COLD=1      never use the warm VM
 #   RXE_VM_CAPTURE=F   what --capture F does
+#   RXE_VM_LINK=L      a pair's link: socket (default) or dgram, QEMU 7.2's
+#                      datagram netdev (INSTRUCTORS.md, 'The linked pair's speed')
+#   RXE_VM_APPEND=S    more of the guest kernel's command line
 #   RXE_VM_NO_RXE=1    no rxe device: the command makes one itself, as on
 #                      a native host (vm-setup/setup-rxe.sh); RDMA_* unset
 #   RXE_VM_DEVICES=N   rxe devices, each on its own netdev and address (1-3;
@@ -257,8 +260,14 @@ if [ -n "$member" ]; then
 	B) my_ip=192.0.2.2 peer_ip=192.0.2.1 mac=52:54:00:c0:02:02 ;;
 	*) die "internal: pair host must be A or B, got '$pair_host'" 2 ;;
 	esac
-	nic=(-netdev "socket,id=link,udp=127.0.0.1:$port_peer,localaddr=127.0.0.1:$port_local"
-		-device "virtio-net-pci,netdev=link,mac=$mac,romfile=")
+	# (RXE_VM_LINK=dgram: QEMU 7.2's dgram netdev on the same two UDP
+	# ports instead, for make bench-vm's comparison; socket is the default.)
+	case "${RXE_VM_LINK:-socket}" in
+	socket) nic=(-netdev "socket,id=link,udp=127.0.0.1:$port_peer,localaddr=127.0.0.1:$port_local") ;;
+	dgram) nic=(-netdev "dgram,id=link,local.type=inet,local.host=127.0.0.1,local.port=$port_local,remote.type=inet,remote.host=127.0.0.1,remote.port=$port_peer") ;;
+	*) die "RXE_VM_LINK must be socket or dgram, got '$RXE_VM_LINK'" 2 ;;
+	esac
+	nic+=(-device "virtio-net-pci,netdev=link,mac=$mac,romfile=")
 	# Host A records the link (--capture): QEMU's filter-dump sees every
 	# frame of the netdev, sent and received, and writes each at once.
 	cap=${_RXE_VM_CAPTURE:-}
