@@ -25,6 +25,7 @@ roce_dump runs without the right to start a process (prlimit --nproc=0 in
 the sandbox): a dump made by tshark or a script is not the program's own.
 """
 
+import functools
 import random
 import re
 import secrets
@@ -229,10 +230,15 @@ class Dump:
             m = re.match(r"^(\d+) ", line)
             if m and not SUMMARY.match(line):
                 self.lines.setdefault(int(m.group(1)), line)
-        blob = Path(path).read_bytes()
-        self.decoded = wire.Segment(blob).decoded
-        self.rows = {int(r["frame.number"]): r
-                     for r in wire.tshark_packets(path)}
+        self.file = Path(path)
+        self.decoded = wire.Segment(self.file.read_bytes()).decoded
+
+    @functools.cached_property
+    def rows(self):
+        """tshark's decoding, once a test needs it (a program that failed
+        needs none: under emulation a tshark start costs seconds)."""
+        return {int(r["frame.number"]): r
+                for r in wire.tshark_packets(self.file)}
 
     def expected(self, frame):
         p = self.decoded[frame - 1]
@@ -442,6 +448,7 @@ def real(build, lesson, request):
 
 @points(4, "a real capture: every line as tshark decodes it")
 def test_real_capture(real):
+    real.res.ok(f"roce_dump on a real capture ({real.what})")
     if len(real.rows) < 50:
         raise GradeFailure(f"grader: the real capture has {len(real.rows)} "
                            f"RoCE packets")
@@ -452,6 +459,12 @@ def test_real_capture(real):
 
 @pytest.fixture(scope="module")
 def truth(lesson):
+    """A function: tshark's decoding of each recording, {name: [row, ...]},
+    made on the first call (answers still "?" need none)."""
+    return functools.cache(lambda: _truth(lesson))
+
+
+def _truth(lesson):
     """tshark's decoding of each recording: {name: [row, ...]}. One tshark
     run over the recordings end to end (a tshark start is most of its time:
     about 0.2 s on a quiet machine, seconds on a loaded one)."""
@@ -489,12 +502,20 @@ def _norm(v):
         return v.upper()
 
 
-def _check(answers, want):
+def _check(answers, questions, want):
+    """`want()` ({question: what the capture shows}) is called only once
+    each of `questions` has an answer."""
     got, res = answers
-    for q, truth_value in want.items():
+    for q in questions:
         if q not in got:
             raise GradeFailure(f"roce_dump --answers has no line '{q}: ...' "
                                f"(answers.c)\n  command: {res.command}")
+        if got[q] == "?":
+            raise GradeFailure(
+                f"question {q} (lessons/16-on-the-wire/README.md, "
+                f"\"Questions\")\n  expected: what the capture shows (run "
+                f"your roce_dump on it)\n  got:      ?")
+    for q, truth_value in want().items():
         if _norm(got[q]) != _norm(truth_value):
             raise GradeFailure(
                 f"question {q} (lessons/16-on-the-wire/README.md, "
@@ -507,43 +528,35 @@ def _ops(rows, src=None):
             if src is None or r["ip.src"] == src]
 
 
-@points(2, "questions: the 10 KiB WRITE, packet by packet")
-def test_answers_write(truth, answers):
-    rows = truth["write"]
+def _want_write(rows):
     writes = [(o, r) for o, r in _ops(rows) if o & 0x1f in wire.WRITES]
     writer = writes[0][1]["ip.src"]
     acks = [r for o, r in _ops(rows) if o == 0x11 and r["ip.src"] != writer]
-    _check(answers, {
+    return {
         "write-packets": len(writes),
         "write-acks": len(acks),
         "rkey-opcode": wire.OPCODES[next(o for o, r in writes
                                          if r["infiniband.reth.r_key"])][0],
         "imm-opcode": wire.OPCODES[next(o for o, r in writes
-                                        if r["infiniband.immdt"])][0]})
+                                        if r["infiniband.immdt"])][0]}
 
 
-@points(2, "questions: the 10 KiB READ, and who acknowledges it")
-def test_answers_read(truth, answers):
-    rows = truth["read"]
+def _want_read(rows):
     req = next(r for o, r in _ops(rows) if o == 0x0c)
     resp = [r for o, r in _ops(rows) if o & 0x1f in wire.READ_RESPONSES]
     acks = [r for o, r in _ops(rows, req["ip.src"]) if o == 0x11]
-    _check(answers, {"read-responses": len(resp), "read-acks": len(acks)})
+    return {"read-responses": len(resp), "read-acks": len(acks)}
 
 
-@points(2, "questions: an RNR NAK and what follows it")
-def test_answers_rnr(truth, answers):
-    rows = truth["rnr"]
+def _want_rnr(rows):
     nak = next(r for o, r in _ops(rows) if r["infiniband.aeth.syndrome"] and
                _i(r, "infiniband.aeth.syndrome") >> 5 == 1)
-    _check(answers, {
+    return {
         "rnr-syndrome": f"0x{_i(nak, 'infiniband.aeth.syndrome'):02x}",
-        "rnr-resent-psn": f"0x{_i(nak, 'infiniband.bth.psn'):06x}"})
+        "rnr-resent-psn": f"0x{_i(nak, 'infiniband.bth.psn'):06x}"}
 
 
-@points(2, "questions: loss - the NAK and the first PSN sent twice")
-def test_answers_loss(truth, answers):
-    rows = truth["loss"]
+def _want_loss(rows):
     nak = next(r for o, r in _ops(rows) if r["infiniband.aeth.syndrome"] and
                _i(r, "infiniband.aeth.syndrome") >> 5 == 3)
     seen, twice = set(), None
@@ -556,6 +569,30 @@ def test_answers_loss(truth, answers):
             twice = key[2]
             break
         seen.add(key)
-    _check(answers, {
+    return {
         "nak-code": wire.aeth_meaning(_i(nak, "infiniband.aeth.syndrome"))[1],
-        "resent-psn": f"0x{twice:06x}"})
+        "resent-psn": f"0x{twice:06x}"}
+
+
+@points(2, "questions: the 10 KiB WRITE, packet by packet")
+def test_answers_write(truth, answers):
+    _check(answers, ["write-packets", "write-acks", "rkey-opcode",
+                     "imm-opcode"], lambda: _want_write(truth()["write"]))
+
+
+@points(2, "questions: the 10 KiB READ, and who acknowledges it")
+def test_answers_read(truth, answers):
+    _check(answers, ["read-responses", "read-acks"],
+           lambda: _want_read(truth()["read"]))
+
+
+@points(2, "questions: an RNR NAK and what follows it")
+def test_answers_rnr(truth, answers):
+    _check(answers, ["rnr-syndrome", "rnr-resent-psn"],
+           lambda: _want_rnr(truth()["rnr"]))
+
+
+@points(2, "questions: loss - the NAK and the first PSN sent twice")
+def test_answers_loss(truth, answers):
+    _check(answers, ["nak-code", "resent-psn"],
+           lambda: _want_loss(truth()["loss"]))
