@@ -61,6 +61,10 @@ PACKAGES=(
 	gnuplot-nox valgrind util-linux procps
 	# make bench-stability: every host core busy beside the grading
 	stress-ng
+	# lesson 16 and the wire tests (make grade HOSTS=2): libpcap for
+	# roce_dump, tshark to judge it (installed non-interactively: its
+	# question about capturing as non-root keeps the default, no)
+	libpcap-dev tshark
 )
 # Ubuntu lacks Debian's archive keyring, which make vm-kernel-update needs
 # to check the archive's signatures (Debian's apt depends on it).

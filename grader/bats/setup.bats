@@ -426,7 +426,7 @@ stand_in_dpkg_apt() {
 	os_release ubuntu 22.04 "Ubuntu 22.04.4 LTS"
 	run --separate-stderr "$COURSE/vm-setup/install-deps.sh" --list
 	assert_success
-	for p in clang-format-14 qemu-system-x86 busybox-static python3-pyverbs python3-pytest-timeout bats debian-archive-keyring; do
+	for p in clang-format-14 qemu-system-x86 busybox-static python3-pyverbs python3-pytest-timeout bats debian-archive-keyring libpcap-dev tshark; do
 		assert_line "$p"
 	done
 	refute_line bats-assert
@@ -465,6 +465,8 @@ stand_in_dpkg_apt() {
 	run --separate-stderr "$COURSE/vm-setup/install-deps.sh" --list
 	assert_success
 	assert_line bats-assert
+	assert_line libpcap-dev
+	assert_line tshark
 	refute_line debian-archive-keyring
 	[ -z "$stderr" ]
 	os_release linuxmint 21.3 "Linux Mint 21.3"

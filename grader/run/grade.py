@@ -146,8 +146,10 @@ def main(argv):
         os.chmod(out, 0o755)
         # Lessons that need no device (lesson.toml: device = false) are
         # graded right here, without booting the micro-VM.
-        device = any(needs_device(n) for n in
-                     (names or lesson_names(COURSE, src)))
+        # HOSTS=2 asks for the linked pair whatever the lessons: lesson 16
+        # (no device) grades a fresh capture of traffic across it there.
+        device = args.hosts == "2" or any(needs_device(n) for n in
+                                          (names or lesson_names(COURSE, src)))
         where = [str(COURSE / "vm-setup" / "with-rxe")] if device else []
         # Where a device is, through the warm grader when a warm VM runs
         # one (grader/session/client.py falls back to pytest itself).
@@ -165,7 +167,12 @@ def main(argv):
             cmd.append("--verbose-failures")
         if device and args.hosts == "2":
             # Host B serves host A: the peers run there (grader/evidence/remote.py).
-            cmd = [*where, "--pair", shlex.join(cmd), ""]
+            # The link between them is recorded on this host, in the output
+            # directory (shared into A; the file is 0600: the grader reads
+            # it, the sandboxed programs cannot): the wire tests
+            # (grader/evidence/wire.py).
+            cmd = [*where, "--pair", "--capture", str(out / "wire.pcap"),
+                   shlex.join(cmd), ""]
         else:
             cmd = [*where, *cmd]
         rc = subprocess.run(cmd, cwd=COURSE).returncode
@@ -173,6 +180,7 @@ def main(argv):
             print(f"grader: no results were written (exit {rc}): grading "
                   f"did not run to its end", file=sys.stderr)
             return rc or 1
+        keep_capture(out / "wire.pcap")
         for have, want in ((out / "results.json", args.results),
                            (out / "junit.xml", args.junit)):
             if want and have.exists():
@@ -182,6 +190,16 @@ def main(argv):
         return rc
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def keep_capture(pcap):
+    """A HOSTS=2 grading's capture of the link, for the student to read
+    (tshark -r .grade/wire.pcap, or lesson 16's roce_dump): copied once the
+    VMs are off. A wire test's failure names frames of this file."""
+    if pcap.exists() and pcap.stat().st_size:
+        dest = COURSE / ".grade" / "wire.pcap"
+        dest.parent.mkdir(exist_ok=True)
+        shutil.copyfile(pcap, dest)
 
 
 def build_main(argv):

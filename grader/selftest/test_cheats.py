@@ -124,6 +124,47 @@ CONVINCED = {
 }
 
 
+# On the wire (make grade HOSTS=2: the program on host A, the reference
+# peers on host B, the link recorded): grader/selftest/test_wire.py grades
+# the tree above with the wire tests of these lessons (test_NN_*_wire.py)
+# and each cheat must fail exactly these.
+WIRE_EXPECTED = {
+    "filler": {"05-send-recv": {"test_05_send_recv_wire.py::test_wire_pings",
+                                "test_05_send_recv_wire.py::test_wire_pongs"}},
+    "self-agreeing": {"06-rdma-write": {
+        "test_06_rdma_write_wire.py::test_wire_write"}},
+    "tcp-payload": {"07-rdma-read": {
+        "test_07_rdma_read_wire.py::test_wire_server_serves",
+        "test_07_rdma_read_wire.py::test_wire_tcp"}},
+    "locked-rmw": {"12-atomics": {
+        "test_12_atomics_wire.py::test_wire_fetch_add",
+        "test_12_atomics_wire.py::test_wire_counter_untouched",
+        "test_12_atomics_wire.py::test_wire_old_values"}},
+}
+# Cheats only the wire catches, in a tree of their own
+# (build/selftest-cheats-wire/), graded there with the lesson's wire and
+# reference-peer tests: each fails exactly these and passes the rest.
+WIRE_ONLY = {
+    # The data as a plain WRITE, then an empty WRITE WITH IMMEDIATE: the
+    # reference server's memory and immediate are right.
+    "split-write": {"06-rdma-write": {
+        "test_06_rdma_write_wire.py::test_wire_write"}},
+}
+WIRE_TREE = COURSE / "build" / "selftest-cheats-wire"
+
+
+def make_wire_tree():
+    """build/selftest-cheats-wire/: the WIRE_ONLY cheats, as make_tree()."""
+    lessons = {}
+    for cls, per in WIRE_ONLY.items():
+        for lesson in per:
+            assert lesson not in lessons, f"{lesson} faked twice"
+            lessons[lesson] = cls
+            patched_lesson(lesson, CHEATS / cls / lesson, WIRE_TREE / lesson,
+                           f"cheats/{cls}/{lesson}")
+    return lessons
+
+
 def make_tree():
     """build/selftest-cheats/NN-topic/: the solution's files, each with the
     cheat's patch (cheats/CLASS/NN-topic/FILE.patch) applied, so a cheat
@@ -143,8 +184,10 @@ def make_tree():
 
 def test_every_cheat_class_has_its_tree():
     classes = {p.name for p in CHEATS.iterdir() if p.is_dir()}
-    assert classes == set(EXPECTED), "cheats/ and EXPECTED disagree"
-    for cls, per in EXPECTED.items():
+    assert classes == set(EXPECTED) | set(WIRE_ONLY), \
+        "cheats/ and EXPECTED, WIRE_ONLY disagree"
+    assert set(WIRE_EXPECTED) <= set(EXPECTED)
+    for cls, per in [*EXPECTED.items(), *WIRE_ONLY.items()]:
         for lesson in per:
             marked = [c for c in (CHEATS / cls / lesson).glob("*.patch")
                       if "CHEAT" in c.read_text()]
@@ -155,11 +198,12 @@ def test_cheats_compile():
     """Compile the cheats here (on the host: fast); the device test's grader
     reuses the builds."""
     from grader.core.build import compile_lesson
-    for lesson in make_tree():
-        res = compile_lesson(COURSE, TREE, lesson)
-        assert not res["missing"], f"{TREE}/{lesson}: no such lesson"
-        assert res["rc"] == 0, (f"{res['command']}\n{res['stdout']}"
-                                f"{res['stderr']}")
+    for tree, lessons in ((TREE, make_tree()), (WIRE_TREE, make_wire_tree())):
+        for lesson in lessons:
+            res = compile_lesson(COURSE, tree, lesson)
+            assert not res["missing"], f"{tree}/{lesson}: no such lesson"
+            assert res["rc"] == 0, (f"{res['command']}\n{res['stdout']}"
+                                    f"{res['stderr']}")
 
 
 def _node(lesson, test):

@@ -508,3 +508,58 @@ def test_predictions_are_graded_on_submission(repo, tmp_path):
     rc, out, _ = _grade_predictions(repo, tree, tmp_path / "s3")
     assert "Score: 0/6 (+4 graded on submission)" in out, out
     assert f"{e}: ?" in out and rc != 0
+
+
+# ---- lesson 16's answers are read from the captures, not from a text ----------
+
+def _answers16():
+    """{question: answer} of solutions/16-on-the-wire/answers.c."""
+    text = (COURSE / "solutions/16-on-the-wire/answers.c").read_text()
+    return dict(re.findall(r'\{ "([a-z-]+)", "([^"?]+)" \}', text))
+
+
+def answer16_traces(root, files):
+    """['FILE: what'] for every released text that gives an answer of lesson
+    16 away: a line naming a question together with its answer (a README
+    row, a hint, a comment: "write-packets ... 10"), an answer line as
+    `roce_dump --answers` prints it anywhere, or a PSN of an answer (six
+    hex digits: nothing but the capture holds them). The captures themselves
+    are the evidence the student reads with roce_dump, not a leak."""
+    answers = _answers16()
+    found = []
+    for f in files:
+        if f.endswith(".pcap"):
+            continue
+        text = readable(root / f)
+        if text is None:
+            continue
+        low = text.lower()
+        for q, a in answers.items():
+            al = a.lower()
+            tok = re.compile(rf"(?<![\w.]){re.escape(al)}(?![\w.])")
+            for line in low.splitlines():
+                if q in line and tok.search(line.split(q, 1)[1]):
+                    found.append(f"{f}: {q} with {a}: {line.strip()[:100]}")
+            if f"{q}: {al}" in low:
+                found.append(f"{f}: '{q}: {a}'")
+            if re.fullmatch(r"0x[0-9a-f]{6}", al) and al in low:
+                found.append(f"{f}: {q}'s PSN {a}")
+    return sorted(set(found))
+
+
+def test_lesson16s_answers_are_not_released(repo):
+    answers = _answers16()
+    assert len(answers) == 10, answers
+    assert answer16_traces(repo, release_files(repo)) == []
+    # A hint that gives one away, a README row, a PSN in a comment: caught.
+    (q1, a1), (q2, a2) = list(answers.items())[:2]
+    psn = next(a for a in answers.values() if a.startswith("0x") and
+               len(a) == 8)
+    tmp = COURSE / "build" / "selftest-leak16"
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "lesson.toml").write_text(
+        f'test_answers_write = "{q1} is {a1} packets"\n')
+    (tmp / "README.md").write_text(f"| `{q2}` | {a2} |\n")
+    (tmp / "note.c").write_text(f"/* resent at psn {psn} */\n")
+    assert len(answer16_traces(tmp, ["lesson.toml", "README.md",
+                                     "note.c"])) == 3

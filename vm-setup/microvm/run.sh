@@ -3,7 +3,7 @@
 # output and exit code, power off. Normally reached through vm-setup/with-rxe.
 #
 # usage: run.sh [--shell] [--] CMD [ARG...]
-#        run.sh --pair CMD_A CMD_B
+#        run.sh --pair [--capture FILE] CMD_A CMD_B
 #        run.sh --accel | --up | --down
 #   --shell            an interactive shell in the VM instead of CMD
 #   --pair             two VMs, hosts A (192.0.2.1) and B (192.0.2.2), each
@@ -15,6 +15,13 @@
 #                      the first non-zero status (A's, then B's), naming it.
 #                      An empty CMD_B: B runs the commands A's root hands it
 #                      in RDMA_PEER_JOBS (grader/evidence/remote.py), until A's ends
+#   --capture FILE     with --pair: record every frame on the link, both
+#                      directions, to FILE (pcap, written by QEMU on this
+#                      host as the frames pass: readable while the pair
+#                      runs). FILE is made mode 0600 (the guests' root reads
+#                      it, their unprivileged users cannot); host A sees it
+#                      as RDMA_CAPTURE when its directory is shared (any
+#                      directory but /tmp and the like: it is, then)
 #   --accel            say which accelerator a run would use and why (the
 #                      KVM boot probe's verdict), run nothing
 #   --up               start a warm VM for this course tree (make vm-up): later
@@ -25,13 +32,17 @@
 #   RXE_VM_TIMEOUT=S   kill the VM after S seconds (default 1800, none for
 #                      --shell); exit 124
 #   RXE_VM_ACCEL=A     auto (default: KVM if a boot probe passes, else TCG), kvm, tcg
-#   RXE_VM_MEM=M  guest memory (2G; in a cgroup limit: less)  RXE_VM_SMP=N  CPUs (2; 1 on one CPU)
+#   RXE_VM_MEM=M  guest memory (2G; in a cgroup limit: less)  RXE_VM_SMP=N  CPUs (2; 1 on one CPU, and for a pair on fewer than 4)
 #   RXE_VM_SHARE=D:D   more host directories to share read-write (the course
 #                      tree and the current directory always are, unless the
 #                      latter is /, /tmp or another of the guest's own)
 #   RXE_VM_VERBOSE=1   keep the guest's console log (kernel messages and boot
 #                      timings) in the run directory, whose path is printed
 #   RXE_VM_COLD=1      never use the warm VM
+#   RXE_VM_CAPTURE=F   what --capture F does
+#   RXE_VM_LINK=L      a pair's link: socket (default) or dgram, QEMU 7.2's
+#                      datagram netdev (INSTRUCTORS.md, 'The linked pair's speed')
+#   RXE_VM_APPEND=S    more of the guest kernel's command line
 #   RXE_VM_NO_RXE=1    no rxe device: the command makes one itself, as on
 #                      a native host (vm-setup/setup-rxe.sh); RDMA_* unset
 #   RXE_VM_DEVICES=N   rxe devices, each on its own netdev and address (1-3;
@@ -58,9 +69,12 @@ pair=0
 # A host of a pair (set by --pair for its two children): "HOST LOCAL_PORT
 # PEER_PORT", HOST A or B, the ports those of the link's UDP sockets.
 member=${_RXE_VM_PAIR:-}
+# --capture: the pcap file host A's QEMU writes (_RXE_VM_CAPTURE to A).
+capture=${RXE_VM_CAPTURE:-}
 
+# die MESSAGE [STATUS]
 die() {
-	echo "rxe-vm: $*" >&2
+	echo "rxe-vm: $1" >&2
 	exit "${2:-1}"
 }
 
@@ -70,9 +84,11 @@ while [ $# -gt 0 ]; do
 	--accel) probe_only=1 ;;
 	--up) serve=1 ;;
 	--pair) pair=1 ;;
+	--capture) [ $# -ge 2 ] || die "--capture needs a FILE" 2; capture=$2; shift ;;
+	--capture=*) capture=${1#*=} ;;
 	--down) exec "$here/warm.sh" down ;;
 	--) shift; break ;;
-	-h | --help) sed -n '2,44s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,53s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	-*) die "unknown option '$1' (see: $0 --help)" 2 ;;
 	*) break ;;
 	esac
@@ -81,6 +97,7 @@ done
 [ $interactive = 1 ] || [ $probe_only = 1 ] || [ $serve = 1 ] || [ $pair = 1 ] || [ $# -gt 0 ] || die "no command given (usage: run.sh [--shell] [--] CMD [ARG...])" 2
 [ $pair = 0 ] || [ $interactive = 1 ] || [ $# = 2 ] || die "--pair takes two commands, host A's and host B's, got $# (usage: run.sh --pair CMD_A CMD_B)" 2
 [ $pair = 0 ] || [ $interactive = 0 ] || [ $# = 0 ] || die "--shell --pair takes no command: a shell on host A, and 'b CMD' in it runs CMD on host B" 2
+[ $pair = 1 ] || [ -z "$capture" ] || [ -n "$member" ] || die "--capture records a linked pair's wire: it needs --pair" 2
 # A command is killed after 30 minutes; a shell lives until you leave it.
 [ -n "$timeout" ] || { [ $interactive = 1 ] && timeout=999999999 || timeout=1800; }
 case "$timeout" in '' | *[!0-9]*) die "RXE_VM_TIMEOUT must be a number of seconds, got '$timeout'" 2 ;; esac
@@ -93,12 +110,21 @@ s = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*(x.getsockname()[1] for x in s))') || die "cannot find two free UDP ports on 127.0.0.1"
 	read -r port_a port_b <<<"$ports"
+	# The capture: made here, empty and private (QEMU's filter-dump would
+	# create it 0644 and truncates it: the mode stays), then host A's.
+	cap_a=''
+	if [ -n "$capture" ]; then
+		case "$capture" in /*) ;; *) capture=$PWD/$capture ;; esac
+		[ -d "$(dirname "$capture")" ] || die "--capture $capture: no such directory" 2
+		(umask 077 && : >"$capture") && chmod 600 "$capture" || die "--capture $capture: cannot write it" 2
+		cap_a=$(cd "$(dirname "$capture")" && pwd -P)/${capture##*/}
+	fi
 	# The hosts' meeting point: each writes HOST.ready there once its rxe0
 	# is ACTIVE and starts its command when the other's is there too.
 	meet=$(mktemp -d "${TMPDIR:-/tmp}/rxe-pair.XXXXXX") || die "mktemp failed"
 	# host H CMD - run CMD (a shell command) on host H; output prefixed "H| ".
 	host() {
-		_RXE_VM_PAIR="$1 $2 $3 $meet" RXE_VM_COLD=1 "$0" -- bash -c "$4" \
+		_RXE_VM_CAPTURE=$([ "$1" = A ] && echo "$cap_a") _RXE_VM_PAIR="$1 $2 $3 $meet" RXE_VM_COLD=1 "$0" -- bash -c "$4" \
 			> >(sed -u "s/^/$1| /") 2> >(sed -u "s/^/$1| /" >&2) &
 	}
 	if [ $interactive = 1 ]; then
@@ -106,7 +132,7 @@ print(*(x.getsockname()[1] for x in s))') || die "cannot find two free UDP ports
 		_RXE_VM_PAIR="B $port_b $port_a $meet serve" RXE_VM_COLD=1 "$0" -- true \
 			> >(sed -u "s/^/B| /") 2> >(sed -u "s/^/B| /" >&2) &
 		pid_b=$!
-		_RXE_VM_PAIR="A $port_a $port_b $meet" "$0" --shell
+		_RXE_VM_CAPTURE=$cap_a _RXE_VM_PAIR="A $port_a $port_b $meet" "$0" --shell
 		rc_a=$?
 		kill $pid_b 2>/dev/null
 		wait
@@ -234,8 +260,22 @@ if [ -n "$member" ]; then
 	B) my_ip=192.0.2.2 peer_ip=192.0.2.1 mac=52:54:00:c0:02:02 ;;
 	*) die "internal: pair host must be A or B, got '$pair_host'" 2 ;;
 	esac
-	nic=(-netdev "socket,id=link,udp=127.0.0.1:$port_peer,localaddr=127.0.0.1:$port_local"
-		-device "virtio-net-pci,netdev=link,mac=$mac,romfile=")
+	# (RXE_VM_LINK=dgram: QEMU 7.2's dgram netdev on the same two UDP
+	# ports instead, for make bench-vm's comparison; socket is the default.)
+	case "${RXE_VM_LINK:-socket}" in
+	socket) nic=(-netdev "socket,id=link,udp=127.0.0.1:$port_peer,localaddr=127.0.0.1:$port_local") ;;
+	dgram) nic=(-netdev "dgram,id=link,local.type=inet,local.host=127.0.0.1,local.port=$port_local,remote.type=inet,remote.host=127.0.0.1,remote.port=$port_peer") ;;
+	*) die "RXE_VM_LINK must be socket or dgram, got '$RXE_VM_LINK'" 2 ;;
+	esac
+	nic+=(-device "virtio-net-pci,netdev=link,mac=$mac,romfile=")
+	# Host A records the link (--capture): QEMU's filter-dump sees every
+	# frame of the netdev, sent and received, and writes each at once.
+	cap=${_RXE_VM_CAPTURE:-}
+	unset RDMA_CAPTURE RXE_VM_CAPTURE _RXE_VM_CAPTURE
+	if [ "$pair_host" = A ] && [ -n "$cap" ]; then
+		case "$cap" in *,*) die "--capture $cap: QEMU's options cannot hold a comma in a path" 2 ;; esac
+		nic+=(-object "filter-dump,id=dump,netdev=link,file=$cap")
+	fi
 fi
 # --- what the guest needs to know: boot.sh (for init), spec.sh and env.sh --
 shares=() tags=""
@@ -261,6 +301,14 @@ system_dir "$(pwd -P)" || add_share "$PWD"
 IFS=: read -ra extra <<<"${RXE_VM_SHARE:-}"
 for d in "${extra[@]}"; do [ -n "$d" ] && add_share "$d"; done
 [ -n "$member" ] && add_share "$meet"
+# Host A sees its capture where it is on this host (RDMA_CAPTURE), unless
+# the directory is one of the guest's own.
+if [ -n "${cap:-}" ] && [ "$pair_host" = A ]; then
+	if ! system_dir "$(cd "$(dirname "$cap")" && pwd -P)"; then
+		add_share "$(dirname "$cap")"
+		export RDMA_CAPTURE=$cap
+	fi
+fi
 virtfs=()
 for i in "${!shares[@]}"; do
 	case "${shares[$i]}" in *[[:space:]\'\"]*) die "cannot share '${shares[$i]}': its path has white space or quotes" ;; esac
@@ -354,6 +402,12 @@ fit_guest_to_limits() {
 		tcg[1]+=,tb-size=128
 	fi
 	[ -n "${RXE_VM_SMP:-}" ] || [ "$(nproc)" -ge 2 ] || RXE_VM_SMP=1
+	# A host of a pair: one vCPU each unless the host's CPUs hold both
+	# VMs' two. A vCPU is a host thread; a program that busy-polls keeps
+	# it runnable, and on an oversubscribed host a runnable thread waits
+	# its turn before the guest sees a packet (INSTRUCTORS.md, "The
+	# linked pair's round trip").
+	[ -z "$member" ] || [ -n "${RXE_VM_SMP:-}" ] || [ "$(nproc)" -ge 4 ] || RXE_VM_SMP=1
 }
 fit_guest_to_limits
 case "${RXE_VM_ACCEL:-auto}" in

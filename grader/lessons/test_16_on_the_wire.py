@@ -1,0 +1,598 @@
+"""Lesson 16: roce_dump, a RoCE v2 packet dump written with libpcap, and
+the questions a capture answers.
+
+The judge of every line is tshark (Wireshark's decoder, an independent
+implementation), not the grader's own decoder: the grader builds the line
+the README specifies from tshark's fields for that frame.
+
+- Synthesized captures, fresh random fields every grading: one pcap with
+  packets of every RC opcode (and UC, UD, the invalidates), non-RoCE frames
+  (TCP, ARP, ICMP, UDP to other ports, a non-first fragment), packets cut
+  short inside their headers and opcodes without a table entry. roce_dump
+  reads it once; each test checks its frames' lines.
+- A real capture: where the grading runs on host A of a linked pair that
+  records its link (make grade HOSTS=2), fresh traffic the grader makes
+  across the pair (ibv_rc_pingpong, ib_write_bw, ib_read_bw, ib_atomic_bw
+  with random sizes); elsewhere the course's recordings
+  (lessons/16-on-the-wire/captures/) with every QP number, PSN, rkey,
+  address and old value changed for this grading (wire.reshuffle).
+- Files libpcap cannot read to the end (not a pcap, cut inside a record,
+  not Ethernet): one line on stderr naming the call, exit 1, no crash.
+- The questions: roce_dump --answers against what tshark finds in the
+  recordings (no key: the captures are the evidence).
+
+roce_dump runs without the right to start a process (prlimit --nproc=0 in
+the sandbox): a dump made by tshark or a script is not the program's own.
+"""
+
+import functools
+import random
+import re
+import secrets
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import GradeFailure, expect, expect_match, points
+from grader.core import harness
+from grader.evidence import wire
+from grader.evidence.trusted.run import REMOTE
+
+PROG = "roce_dump"
+NOPROC = ("prlimit", "--nproc=0")
+A, B = "192.0.2.1", "192.0.2.2"
+SUMMARY = re.compile(r"^(\d+) frames: (\d+) RoCE packets, (\d+) malformed, "
+                     r"(\d+) other$")
+CAPTURES = ("write", "read", "atomics", "rnr", "loss")
+
+
+# ---- the lines the README specifies, from tshark's fields -----------------------
+
+def _i(row, field):
+    return wire.tshark_int(row[field])
+
+
+def expected_line(row):
+    """The line roce_dump must print for one frame tshark decoded: the
+    README's "Output" format, with tshark's values."""
+    op = _i(row, "infiniband.bth.opcode")
+    name, hdrs = wire.OPCODES.get(op, (f"OPCODE_0x{op:02x}", None))
+    head = (f"{row['frame.number']} {row['ip.src']} > {row['ip.dst']}")
+    if row["_ws.malformed"]:
+        return None                         # see malformed_line()
+    line = (f"{head} {name} qp 0x{_i(row, 'infiniband.bth.destqp'):06x} "
+            f"psn 0x{_i(row, 'infiniband.bth.psn'):06x}")
+    if hdrs is None:
+        return line
+    if _i(row, "infiniband.bth.a"):
+        line += " ack-req"
+    if _i(row, "infiniband.bth.se"):
+        line += " se"
+    if "DETH" in hdrs:
+        line += (f" deth qkey 0x{_i(row, 'infiniband.deth.q_key'):08x} "
+                 f"srcqp 0x{_i(row, 'infiniband.deth.srcqp') & 0xffffff:06x}")
+    va = row["infiniband.reth.va"]
+    if "RETH" in hdrs:
+        line += (f" reth va 0x{wire.tshark_int(va):016x} rkey "
+                 f"0x{_i(row, 'infiniband.reth.r_key'):08x} len "
+                 f"{_i(row, 'infiniband.reth.dmalen')}")
+    if "AtomicETH" in hdrs:
+        line += (f" atomic va 0x{wire.tshark_int(va):016x} rkey "
+                 f"0x{_i(row, 'infiniband.reth.r_key'):08x}")
+        swap = _i(row, "infiniband.atomiceth.swapdt")
+        if op & 0x1f == 0x14:
+            line += f" add {swap}"
+        else:
+            line += (f" compare {_i(row, 'infiniband.atomiceth.cmpdt')} "
+                     f"swap {swap}")
+    if "AETH" in hdrs:
+        kind, val = wire.aeth_meaning(_i(row, "infiniband.aeth.syndrome"))
+        if kind == "ACK":
+            what = f"ACK credits {val}"
+        elif kind == "RNR_NAK":
+            what = f"RNR_NAK timer {val}"
+        elif kind == "NAK":
+            what = f"NAK {val}"
+        else:
+            what = f"RESERVED 0x{val:02x}"
+        line += f" aeth {what} msn {_i(row, 'infiniband.aeth.msn')}"
+    if "AtomicAckETH" in hdrs:
+        line += f" orig {_i(row, 'infiniband.atomicacketh.origremdt')}"
+    if "ImmDt" in hdrs:
+        line += f" imm 0x{int(row['infiniband.immdt'].split(',')[0], 16):08x}"
+    if "IETH" in hdrs:
+        line += f" ieth 0x{int(row['infiniband.ieth'].split(',')[0], 16):08x}"
+    size = sum(wire.HDR_SIZE[h] for h in hdrs)
+    payload = (_i(row, "udp.length") - 8 - 12 - size
+               - _i(row, "infiniband.bth.padcnt") - 4)
+    return f"{line} payload {max(payload, 0)}"
+
+
+def malformed_line(frame, p):
+    """A RoCE packet cut short: the README's malformed line (the sizes are
+    the lesson's: BTH, the opcode's headers, the ICRC)."""
+    return f"{frame} {p.src} > {p.dst} malformed: {p.malformed}"
+
+
+# ---- synthesized captures -----------------------------------------------------------
+
+def _rand_fields(rng, opcode, qp=None):
+    name, hdrs = wire.OPCODES[opcode]
+    f = {"se": rng.random() < 0.3, "ackreq": rng.random() < 0.5}
+    if "RETH" in hdrs:
+        f["reth"] = (rng.randrange(1 << 64), rng.randrange(1 << 32),
+                     rng.randrange(1 << 31))
+    if "AETH" in hdrs:
+        f["aeth"] = (rng.choice([rng.randrange(0x20), 0x20 | rng.randrange(32),
+                                 0x60 | rng.randrange(5)]),
+                     rng.randrange(1 << 24))
+    if "AtomicETH" in hdrs:
+        f["atomic"] = (rng.randrange(1 << 61) << 3, rng.randrange(1 << 32),
+                       rng.randrange(1 << 64), rng.randrange(1 << 64))
+    if "AtomicAckETH" in hdrs:
+        f["orig"] = rng.randrange(1 << 64)
+    if "ImmDt" in hdrs:
+        f["imm"] = rng.randrange(1 << 32)
+    if "IETH" in hdrs:
+        f["ieth"] = rng.randrange(1 << 32)
+    if "DETH" in hdrs:
+        f["deth"] = (rng.randrange(1 << 32), rng.randrange(1 << 24))
+    low = opcode & 0x1f
+    if low in wire.SENDS | wire.WRITES | wire.READ_RESPONSES:
+        n = rng.choice([0, 1, 2, 3, rng.randrange(4, 1024)])
+        f["payload"] = bytes(rng.randrange(1, 256) for _ in range(n))
+    return f
+
+
+def _other_frames(rng):
+    """Frames that are not RoCE v2: roce_dump prints nothing for them."""
+    def ip(proto, body, frag=0x4000):
+        hdr = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(body),
+                                    rng.randrange(1 << 16), frag, 64, proto, 0,
+                                    bytes([192, 0, 2, 1]),
+                                    bytes([192, 0, 2, 2])))
+        return wire.ether(bytes(hdr) + body)
+    udp = lambda port, n: struct.pack("!HHHH", rng.randrange(1024, 65535),
+                                      port, 8 + n, 0) + bytes(n)
+    tcp = struct.pack("!HHIIBBHHH", 18515, rng.randrange(1024, 65535),
+                      rng.randrange(1 << 32), 0, 0x50, 0x18, 512, 0, 0) + \
+        bytes(rng.randrange(1, 60))
+    arp = wire.ether(bytes(28), etype=0x0806)
+    return [ip(6, tcp), arp, ip(17, udp(4792, 40)), ip(17, udp(53, 20)),
+            ip(1, b"\x08\0\0\0" + bytes(16)),
+            # a later fragment of a datagram to 4791: no UDP header in it
+            ip(17, udp(4791, 40), frag=0x2000 | 185)]
+
+
+def synthesize(rng):
+    """[(frame bytes, category)] in a random order."""
+    frames = []
+    for op in (0x00, 0x01, 0x02, 0x04, 0x07, 0x08, 0x0e, 0x20, 0x24):
+        frames.append((op, "bth"))
+    for op in (0x06, 0x0a, 0x0b, 0x0c, 0x26, 0x2b):
+        frames.append((op, "reth"))
+    for op in (0x11, 0x11, 0x11, 0x11, 0x0d, 0x0f, 0x10):
+        frames.append((op, "aeth"))
+    for op in (0x13, 0x14, 0x12, 0x14):
+        frames.append((op, "atomic"))
+    for op in (0x03, 0x05, 0x09, 0x16, 0x17, 0x64, 0x65, 0x25):
+        frames.append((op, "imm"))
+    out = []
+    for op, cat in frames * 2:
+        src, dst = (A, B) if rng.random() < 0.5 else (B, A)
+        out.append((wire.roce_frame(src, dst, op, rng.randrange(1 << 24),
+                                    rng.randrange(1 << 24),
+                                    **_rand_fields(rng, op)), cat))
+    # Acknowledgements of each kind, whatever the draw above.
+    for syn in (0x1f, 0x20 | rng.randrange(32), 0x60, 0x61, 0x62, 0x63):
+        out.append((wire.roce_frame(B, A, 0x11, rng.randrange(1 << 24),
+                                    rng.randrange(1 << 24),
+                                    aeth=(syn, rng.randrange(1 << 24))),
+                    "aeth"))
+    for f in _other_frames(rng):
+        out.append((f, "other"))
+    # Cut short: inside the BTH, inside each kind of header.
+    out.append((wire.roce_frame(A, B, 0x04, 1, 2, cut=rng.randrange(1, 12)),
+                "malformed"))
+    # (Inside the headers: a packet that lacks only its ICRC is malformed
+    # to the lesson, not to tshark.)
+    for op in (0x06, 0x0b, 0x0c, 0x11, 0x12, 0x13, 0x14, 0x03, 0x64):
+        hdrs = 12 + sum(wire.HDR_SIZE[h] for h in wire.OPCODES[op][1])
+        out.append((wire.roce_frame(A, B, op, rng.randrange(1 << 24),
+                                    rng.randrange(1 << 24),
+                                    cut=rng.randrange(12, hdrs),
+                                    **_rand_fields(rng, op)), "malformed"))
+    # Opcodes the lesson's table has no entry for: BTH fields only.
+    # (An RD packet, 0x40, with its RDETH and DETH: tshark decodes them.)
+    for op in (0x81, 0x40, 0x15, 0x2c, 0x7f):
+        out.append((wire.roce_frame(A, B, op, rng.randrange(1 << 24),
+                                    rng.randrange(1 << 24),
+                                    extra=bytes(rng.randrange(16, 40))),
+                    "unknown"))
+    rng.shuffle(out)
+    return out
+
+
+class Dump:
+    """roce_dump's run on one capture, with tshark's view of it."""
+
+    def __init__(self, build, path, keep, categories=None):
+        self.path = keep            # for messages: the run's copy is gone
+        self.repro = build.command(PROG, str(keep))
+        self.categories = categories or {}
+        self.res = build.run(PROG, str(path), wrap=NOPROC, timeout=60)
+        self.lines = {}
+        for line in self.res.stdout.splitlines():
+            m = re.match(r"^(\d+) ", line)
+            if m and not SUMMARY.match(line):
+                self.lines.setdefault(int(m.group(1)), line)
+        self.file = Path(path)
+        self.decoded = wire.Segment(self.file.read_bytes()).decoded
+
+    @functools.cached_property
+    def rows(self):
+        """tshark's decoding, once a test needs it (a program that failed
+        needs none: under emulation a tshark start costs seconds)."""
+        return {int(r["frame.number"]): r
+                for r in wire.tshark_packets(self.file)}
+
+    def expected(self, frame):
+        p = self.decoded[frame - 1]
+        row = self.rows.get(frame)
+        if isinstance(p, wire.Roce) and p.malformed:
+            if row is not None and not row["_ws.malformed"]:
+                raise GradeFailure(f"grader: frame {frame} is malformed to "
+                                   f"the grader but not to tshark")
+            return malformed_line(frame, p)
+        if row is None:
+            return None
+        return expected_line(row)
+
+    def check(self, cats, what):
+        self.res.ok(f"roce_dump on {what}")
+        frames = sorted(f for f, c in self.categories.items() if c in cats) \
+            if cats else sorted(self.rows)
+        if not frames:
+            raise GradeFailure(f"grader: no frames of {cats} in {self.path}")
+        for f in frames:
+            want = self.expected(f)
+            got = self.lines.get(f)
+            if got != want:
+                raise GradeFailure(
+                    f"{what}, frame {f} of {self.path} (tshark -r "
+                    f"{self.path} -V -Y frame.number=={f})\n"
+                    f"  expected: {want if want else '(no line: not a RoCE v2 packet)'}\n"
+                    f"  got:      {got if got else '(no line)'}\n"
+                    f"  reproduce: {self.repro}")
+
+
+def _keep(build, request, name, blob):
+    """A capture for the program: in the test's scratch directory (the one
+    place the sandboxed program has of its own), and a copy next to the
+    transcripts for the student (the scratch directory goes with the
+    test). Returns (the path the program reads, the copy's path)."""
+    run = Path(build.sandbox.scratch) / name
+    run.write_bytes(blob)
+    run.chmod(0o644)
+    keep = Path(request.config.getoption("transcripts")) / "16-on-the-wire"
+    try:
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / name).write_bytes(blob)
+        keep = keep / name
+    except OSError:
+        keep = run
+    return run, keep
+
+
+@pytest.fixture(scope="module")
+def synth(build, request):
+    rng = random.Random(secrets.randbits(64))
+    frames = synthesize(rng)
+    blob = wire.pcap_header() + b"".join(
+        wire.pcap_record(f, 1000 + i / 1000) for i, (f, _) in enumerate(frames))
+    run, keep = _keep(build, request, "synthesized.pcap", blob)
+    return Dump(build, run, keep,
+                {i + 1: c for i, (_, c) in enumerate(frames)})
+
+
+@points(1, "roce_dump -h, no FILE, an unknown option: usage and exit codes")
+def test_usage(build):
+    res = build.run(PROG, "-h")
+    res.ok("roce_dump -h")
+    expect_match(res.stdout, r"^usage: \S*roce_dump FILE\.pcap \| --answers$",
+                 "roce_dump -h stdout")
+    build.run(PROG).fails(2, "roce_dump without FILE")
+    bad = build.run(PROG, "--bogus", "x.pcap")
+    bad.fails(2, "roce_dump --bogus x.pcap")
+    expect_match(bad.stderr, r"unknown option '--bogus'", "stderr")
+
+
+@points(3, "the BTH: opcode name, destination QP, PSN, ack-req and se of every packet")
+def test_bth(synth):
+    synth.check({"bth"}, "packets with no extension header")
+
+
+@points(3, "the RETH of WRITEs and READ requests: address, rkey, length")
+def test_reth(synth):
+    synth.check({"reth"}, "RDMA WRITE FIRST/ONLY and READ REQUEST packets")
+
+
+@points(3, "the AETH: ACK credits, RNR NAK timer, NAK codes, MSN")
+def test_aeth(synth):
+    synth.check({"aeth"}, "ACKs, NAKs and READ responses")
+
+
+@points(2, "atomics: AtomicETH and the ATOMIC ACKNOWLEDGE's old value")
+def test_atomic(synth):
+    synth.check({"atomic"}, "FETCH_ADD, COMPARE_SWAP, ATOMIC_ACKNOWLEDGE")
+
+
+@points(2, "immediate data, IETH, DETH, and payload lengths past the pad")
+def test_imm_and_payload(synth):
+    synth.check({"imm"}, "WITH_IMMEDIATE, WITH_INVALIDATE and UD packets")
+
+
+@points(2, "frames that are not RoCE v2: no line, counted in the summary")
+def test_other_frames(synth):
+    synth.check({"other"}, "TCP, ARP, ICMP, other UDP, a later fragment")
+    cats = list(synth.categories.values())
+    m = expect_match(synth.res.stdout, SUMMARY.pattern, "roce_dump's last line")
+    other = cats.count("other")
+    malformed = cats.count("malformed")
+    expect(tuple(map(int, m.groups())),
+           (len(cats), len(cats) - other - malformed, malformed, other),
+           "the summary's (frames, RoCE packets, malformed, other)")
+
+
+@points(3, "packets cut short and unknown opcodes: a clear line each, no crash")
+def test_malformed(synth):
+    synth.check({"malformed", "unknown"},
+                "packets shorter than their headers, opcodes outside the table")
+
+
+def _bad_file(build, request, name, blob):
+    run, keep = _keep(build, request, name, blob)
+    return build.run(PROG, str(run), wrap=NOPROC, timeout=30), keep
+
+
+@points(2, "files libpcap cannot read to the end: one line, exit 1")
+def test_bad_files(build, request):
+    rng = random.Random(secrets.randbits(64))
+    frames = [wire.roce_frame(A, B, 0x04, rng.randrange(1 << 24),
+                              rng.randrange(1 << 24), payload=bytes(100))
+              for _ in range(3)]
+    whole = wire.pcap_header() + b"".join(wire.pcap_record(f) for f in frames)
+    cut = whole[:len(whole) - rng.randrange(10, 60)]
+    res, path = _bad_file(build, request, "cut.pcap", cut)
+    res.fails(1, f"roce_dump on {path} (its last record cut short)")
+    expect_match(res.stderr, r"^pcap_next_ex failed: .*truncated",
+                 "stderr (libpcap's reason, from pcap_geterr())")
+    expect(len([x for x in res.stdout.splitlines() if " RC_SEND_ONLY " in x]),
+           2, "lines printed for the two whole records before the cut")
+    res, path = _bad_file(build, request, "text.pcap",
+                          b"this is not a capture\n" * 3)
+    res.fails(1, f"roce_dump on {path} (a text file)")
+    expect_match(res.stderr, r"^pcap_open_offline failed: \S",
+                 "stderr (libpcap's errbuf)")
+    raw = wire.pcap_header(linktype=101) + wire.pcap_record(frames[0][14:])
+    res, path = _bad_file(build, request, "raw-ip.pcap", raw)
+    res.fails(1, f"roce_dump on {path} (raw IP packets, link type 101: it is not Ethernet)")
+    expect_match(res.stderr, r"link type \d+ \(RAW\) is not Ethernet$",
+                 "stderr")
+
+
+# ---- real captures ----------------------------------------------------------------
+
+def recorded(lesson):
+    return {n: lesson.dir / "captures" / f"{n}.pcap" for n in CAPTURES}
+
+
+def _fresh(rdma, rng):
+    """On host A of a capturing pair: traffic of the grader's own across
+    the link, random sizes (servers on host B through remote.py, clients
+    here); what crossed, as a pcap."""
+    cap = wire.capture()
+    g = str(rdma.gid_index)
+    waiting = r"Waiting for client"
+    runs = [
+        (["ibv_rc_pingpong", "-g", g, "-s", str(rng.randrange(100, 5000)),
+          "-n", str(rng.randrange(3, 8))], r"local address"),
+        (["ib_write_bw", "-x", g, "-s", str(rng.randrange(1000, 9000)),
+          "-n", "5"], waiting),
+        (["ib_read_bw", "-x", g, "-s", str(rng.randrange(1000, 9000)),
+          "-n", "5"], waiting),
+        (["ib_atomic_bw", "-x", g, "-n", "5"], waiting),
+    ]
+    mark = cap.mark()
+    for cmd, ready in runs:
+        # stdbuf: B's output goes to a file, and the readiness line would
+        # wait in stdio's buffer until the server's end.
+        with harness.start([sys.executable, str(REMOTE), rdma.peer_jobs,
+                            "--", "stdbuf", "-oL", *cmd], ready=ready,
+                           timeout=60) as server:
+            for _ in range(10):
+                # The line comes just before the server listens.
+                res = harness.run([*cmd, rdma.peer_ip], timeout=60)
+                if res.returncode == 0 or not re.search(
+                        r"(?i)couldn't connect|unable to", res.stdout +
+                        res.stderr):
+                    break
+                time.sleep(1)
+            res.ok(" ".join(cmd))
+            server.wait(timeout=30)
+    return cap.since(mark, record=False).blob
+
+
+@pytest.fixture(scope="module")
+def real(build, lesson, request):
+    rng = random.Random(secrets.randbits(64))
+    if wire.Capture.from_env():
+        from grader.evidence.rxe import Rdma
+        blob, what = _fresh(Rdma(), rng), "fresh traffic across the pair"
+    else:
+        blob = wire.pcap_header()
+        for path in recorded(lesson).values():
+            blob += path.read_bytes()[wire.FILE_HEADER:]
+        blob = wire.reshuffle(blob, rng)
+        what = ("the course's recordings, every QPN, PSN, rkey, address "
+                "and old value changed for this grading")
+    run, keep = _keep(build, request, "real.pcap", blob)
+    dump = Dump(build, run, keep)
+    dump.what = what
+    return dump
+
+
+@points(4, "a real capture: every line as tshark decodes it")
+def test_real_capture(real):
+    real.res.ok(f"roce_dump on a real capture ({real.what})")
+    if len(real.rows) < 50:
+        raise GradeFailure(f"grader: the real capture has {len(real.rows)} "
+                           f"RoCE packets")
+    real.check(None, f"a real capture ({real.what})")
+
+
+# ---- the questions ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def truth(lesson):
+    """A function: tshark's decoding of each recording, {name: [row, ...]},
+    made on the first call (answers still "?" need none)."""
+    return functools.cache(lambda: _truth(lesson))
+
+
+def _truth(lesson):
+    """tshark's decoding of each recording: {name: [row, ...]}. One tshark
+    run over the recordings end to end (a tshark start is most of its time:
+    about 0.2 s on a quiet machine, seconds on a loaded one)."""
+    blob, ranges, first = wire.pcap_header(), {}, 1
+    for name, path in recorded(lesson).items():
+        data = path.read_bytes()
+        n = len(wire.read_pcap(data)[1])
+        blob += data[wire.FILE_HEADER:]
+        ranges[name] = range(first, first + n)
+        first += n
+    with tempfile.TemporaryDirectory() as tmp:
+        both = Path(tmp) / "recordings.pcap"
+        both.write_bytes(blob)
+        rows = wire.tshark_packets(both)
+    return {name: [r for r in rows if int(r["frame.number"]) in frames]
+            for name, frames in ranges.items()}
+
+
+@pytest.fixture(scope="module")
+def answers(build):
+    res = build.run(PROG, "--answers")
+    res.ok("roce_dump --answers")
+    got = {}
+    for line in res.stdout.splitlines():
+        k, _, v = line.partition(":")
+        got[k.strip()] = v.strip()
+    return got, res
+
+
+def _norm(v):
+    v = str(v).strip()
+    try:
+        return int(v, 0)
+    except ValueError:
+        return v.upper()
+
+
+def _check(answers, questions, want):
+    """`want()` ({question: what the capture shows}) is called only once
+    each of `questions` has an answer."""
+    got, res = answers
+    for q in questions:
+        if q not in got:
+            raise GradeFailure(f"roce_dump --answers has no line '{q}: ...' "
+                               f"(answers.c)\n  command: {res.command}")
+        if got[q] == "?":
+            raise GradeFailure(
+                f"question {q} (lessons/16-on-the-wire/README.md, "
+                f"\"Questions\")\n  expected: what the capture shows (run "
+                f"your roce_dump on it)\n  got:      ?")
+    for q, truth_value in want().items():
+        if _norm(got[q]) != _norm(truth_value):
+            raise GradeFailure(
+                f"question {q} (lessons/16-on-the-wire/README.md, "
+                f"\"Questions\")\n  expected: what the capture shows (run "
+                f"your roce_dump on it)\n  got:      {got[q]}")
+
+
+def _ops(rows, src=None):
+    return [(_i(r, "infiniband.bth.opcode"), r) for r in rows
+            if src is None or r["ip.src"] == src]
+
+
+def _want_write(rows):
+    writes = [(o, r) for o, r in _ops(rows) if o & 0x1f in wire.WRITES]
+    writer = writes[0][1]["ip.src"]
+    acks = [r for o, r in _ops(rows) if o == 0x11 and r["ip.src"] != writer]
+    return {
+        "write-packets": len(writes),
+        "write-acks": len(acks),
+        "rkey-opcode": wire.OPCODES[next(o for o, r in writes
+                                         if r["infiniband.reth.r_key"])][0],
+        "imm-opcode": wire.OPCODES[next(o for o, r in writes
+                                        if r["infiniband.immdt"])][0]}
+
+
+def _want_read(rows):
+    req = next(r for o, r in _ops(rows) if o == 0x0c)
+    resp = [r for o, r in _ops(rows) if o & 0x1f in wire.READ_RESPONSES]
+    acks = [r for o, r in _ops(rows, req["ip.src"]) if o == 0x11]
+    return {"read-responses": len(resp), "read-acks": len(acks)}
+
+
+def _want_rnr(rows):
+    nak = next(r for o, r in _ops(rows) if r["infiniband.aeth.syndrome"] and
+               _i(r, "infiniband.aeth.syndrome") >> 5 == 1)
+    return {
+        "rnr-syndrome": f"0x{_i(nak, 'infiniband.aeth.syndrome'):02x}",
+        "rnr-resent-psn": f"0x{_i(nak, 'infiniband.bth.psn'):06x}"}
+
+
+def _want_loss(rows):
+    nak = next(r for o, r in _ops(rows) if r["infiniband.aeth.syndrome"] and
+               _i(r, "infiniband.aeth.syndrome") >> 5 == 3)
+    seen, twice = set(), None
+    for o, r in _ops(rows):
+        if o in (0x11, 0x12):
+            continue
+        key = (r["ip.src"], r["infiniband.bth.destqp"],
+               _i(r, "infiniband.bth.psn"))
+        if key in seen:
+            twice = key[2]
+            break
+        seen.add(key)
+    return {
+        "nak-code": wire.aeth_meaning(_i(nak, "infiniband.aeth.syndrome"))[1],
+        "resent-psn": f"0x{twice:06x}"}
+
+
+@points(2, "questions: the 10 KiB WRITE, packet by packet")
+def test_answers_write(truth, answers):
+    _check(answers, ["write-packets", "write-acks", "rkey-opcode",
+                     "imm-opcode"], lambda: _want_write(truth()["write"]))
+
+
+@points(2, "questions: the 10 KiB READ, and who acknowledges it")
+def test_answers_read(truth, answers):
+    _check(answers, ["read-responses", "read-acks"],
+           lambda: _want_read(truth()["read"]))
+
+
+@points(2, "questions: an RNR NAK and what follows it")
+def test_answers_rnr(truth, answers):
+    _check(answers, ["rnr-syndrome", "rnr-resent-psn"],
+           lambda: _want_rnr(truth()["rnr"]))
+
+
+@points(2, "questions: loss - the NAK and the first PSN sent twice")
+def test_answers_loss(truth, answers):
+    _check(answers, ["nak-code", "resent-psn"],
+           lambda: _want_loss(truth()["loss"]))

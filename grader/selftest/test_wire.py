@@ -1,0 +1,245 @@
+"""The wire evidence checks itself (grader/evidence/wire.py, the lessons'
+test_NN_*_wire.py).
+
+- The grader's own RoCEv2 decoder agrees with tshark's, field by field, on
+  packets of every opcode it knows with random fields, on malformed ones,
+  and on a real capture of a linked pair.
+- On a linked pair (make grade HOSTS=2's set-up: the programs on host A,
+  the reference peers on host B, the link recorded), in one boot: the
+  solutions earn every wire test and lesson 16's (whose real capture is
+  then fresh traffic across the pair); each cheat of build/selftest-cheats/ fails
+  exactly its WIRE_EXPECTED; each cheat only the wire catches
+  (build/selftest-cheats-wire/, WIRE_ONLY) fails exactly those tests and
+  passes the lesson's reference-peer tests.
+
+The pair test runs here, on the host, and boots its own two VMs (the wire
+tests exist nowhere else: grader/lessons/conftest.py); make test runs it
+beside the micro-VM parts (run-all.sh part 2).
+"""
+
+import random
+import shlex
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import COURSE
+
+sys.path.insert(0, str(COURSE))
+from grader.evidence import wire  # noqa: E402
+
+A, B = "192.0.2.1", "192.0.2.2"
+OUT = COURSE / "build" / "selftest-wire"
+
+
+def random_packet(rng, opcode):
+    """One frame of `opcode` with random fields (and what went in)."""
+    name, hdrs = wire.OPCODES.get(opcode, (None, ()))
+    f = {"destqp": rng.randrange(1 << 24), "psn": rng.randrange(1 << 24),
+         "se": rng.random() < 0.3, "ackreq": rng.random() < 0.5}
+    if "RETH" in hdrs:
+        f["reth"] = (rng.randrange(1 << 64), rng.randrange(1 << 32),
+                     rng.randrange(1 << 20))
+    if "AETH" in hdrs:
+        f["aeth"] = (rng.choice([0x1f, 0x00, 0x2c, 0x21, 0x60, 0x62]),
+                     rng.randrange(1 << 24))
+    if "AtomicETH" in hdrs:
+        f["atomic"] = (rng.randrange(1 << 64) & ~7, rng.randrange(1 << 32),
+                       rng.randrange(1 << 64), rng.randrange(1 << 64))
+    if "AtomicAckETH" in hdrs:
+        f["orig"] = rng.randrange(1 << 64)
+    if "ImmDt" in hdrs:
+        f["imm"] = rng.randrange(1 << 32)
+    if "IETH" in hdrs:
+        f["ieth"] = rng.randrange(1 << 32)
+    if "DETH" in hdrs:
+        f["deth"] = (rng.randrange(1 << 32), rng.randrange(1 << 24))
+    carries = (opcode & 0x1f) in (wire.SENDS | wire.WRITES |
+                                  wire.READ_RESPONSES) and opcode < 0x80
+    if carries:
+        f["payload"] = bytes(rng.randrange(256)
+                             for _ in range(rng.randrange(0, 300)))
+    src, dst = (A, B) if rng.random() < 0.5 else (B, A)
+    return wire.roce_frame(src, dst, opcode, **f), f
+
+
+def compare(ours, theirs):
+    """Lines where the decoder and tshark disagree on one packet."""
+    bad = []
+
+    def same(what, mine, field, conv=wire.tshark_int):
+        got = conv(theirs[field])
+        if mine != got:
+            bad.append(f"frame {ours.frame} {ours.name} {what}: ours "
+                       f"{mine!r}, tshark {got!r}")
+
+    same("opcode", ours.opcode, "infiniband.bth.opcode")
+    same("destqp", ours.destqp, "infiniband.bth.destqp")
+    same("psn", ours.psn, "infiniband.bth.psn")
+    same("se", int(ours.se), "infiniband.bth.se")
+    same("ackreq", int(ours.ackreq), "infiniband.bth.a")
+    malformed = bool(theirs["_ws.malformed"])
+    if bool(ours.malformed) != malformed:
+        bad.append(f"frame {ours.frame}: malformed ours {ours.malformed!r}, "
+                   f"tshark {theirs['_ws.malformed']!r}")
+    if ours.malformed:
+        return bad
+    va = ours.reth or ours.atomic
+    same("va/rkey", (va[0], va[1]) if va else None, "infiniband.reth.va",
+         lambda _: (wire.tshark_int(theirs["infiniband.reth.va"]),
+                    wire.tshark_int(theirs["infiniband.reth.r_key"]))
+         if theirs["infiniband.reth.va"] else None)
+    same("dmalen", ours.reth[2] if ours.reth else None,
+         "infiniband.reth.dmalen")
+    same("aeth", ours.aeth, "infiniband.aeth.syndrome",
+         lambda t: (wire.tshark_int(t),
+                    wire.tshark_int(theirs["infiniband.aeth.msn"]))
+         if t else None)
+    same("atomic", ours.atomic[2:] if ours.atomic else None,
+         "infiniband.atomiceth.swapdt",
+         lambda t: (wire.tshark_int(t),
+                    wire.tshark_int(theirs["infiniband.atomiceth.cmpdt"]))
+         if t else None)
+    same("orig", ours.orig, "infiniband.atomicacketh.origremdt")
+    same("imm", ours.imm, "infiniband.immdt",
+         lambda t: int(t.split(",")[0], 16) if t else None)
+    return bad
+
+
+def agree(path, at_least):
+    """Decode `path` both ways; fail on any difference."""
+    seg = wire.Segment(path.read_bytes())
+    ours = seg.roce
+    theirs = wire.tshark_packets(path)
+    assert len(ours) >= at_least
+    assert [p.frame for p in ours] == [int(t["frame.number"]) for t in theirs]
+    bad = [line for o, t in zip(ours, theirs) for line in compare(o, t)]
+    assert not bad, "\n".join(bad[:20])
+
+
+def test_decoder_agrees_with_tshark_on_every_opcode(tmp_path):
+    rng = random.Random()
+    frames = []
+    for opcode in sorted(wire.OPCODES) * 3:
+        frames.append(random_packet(rng, opcode)[0])
+    # Cut short: each opcode's headers go past the end of the packet.
+    for opcode in (0x06, 0x0b, 0x0c, 0x11, 0x12, 0x13, 0x14):
+        need = 12 + sum(wire.HDR_SIZE[h] for h in wire.OPCODES[opcode][1])
+        frames.append(wire.roce_frame(A, B, opcode, 1, 2, reth=(1, 2, 3),
+                                      aeth=(0, 1), atomic=(8, 1, 1, 0),
+                                      orig=5, imm=7,
+                                      cut=rng.randrange(12, need)))
+    path = tmp_path / "every.pcap"
+    wire.write_pcap(path, frames)
+    agree(path, len(frames))
+
+
+def test_pattern_runs():
+    from grader.evidence.trusted import patterns
+    assert wire.pattern_run(b"\0" * 10 + patterns.lesson06(300) + b"x") == (10, 300)
+    assert wire.pattern_run(patterns.msg(3, "c", 40)) == (0, 40)
+    assert wire.pattern_run(bytes(range(1, 20)) * 3) is None
+    assert wire.pattern_run(b"\0" * 100) is None
+
+
+def _junit(path):
+    """{module::test: failed?} of a junit file."""
+    out = {}
+    for case in ET.parse(path).iter("testcase"):
+        mod = case.get("classname").rsplit(".", 1)[-1] + ".py"
+        out[f"{mod}::{case.get('name')}"] = (
+            case.find("failure") is not None or case.find("error") is not None)
+    return out
+
+
+def _pytest_on_a(tree, nodes, name):
+    args = ["/usr/bin/python3", "-m", "pytest", "-c", "grader/pytest.ini",
+            "--rootdir", ".", "-p", "grader.session.plugin", "-qq",
+            "--tb=no", "-rN", "--color=no", *nodes, f"--src={tree}",
+            "--prebuilt", f"--junitxml={OUT / (name + '.xml')}",
+            f"--transcripts={OUT / 'transcripts' / name}"]
+    return shlex.join(args)
+
+
+@pytest.mark.instructor
+@pytest.mark.timeout(1800)
+def test_wire_tests_on_a_linked_pair():
+    """Solutions: every wire test passes; the cheats: exactly theirs fail."""
+    # The cheats are the instructor's (not in a student repository, where
+    # this module's decoder tests still run).
+    from test_cheats import (TREE, WIRE_EXPECTED, WIRE_ONLY, WIRE_TREE,
+                             make_tree, make_wire_tree)
+    from grader.core.build import compile_lesson
+    OUT.mkdir(parents=True, exist_ok=True)
+    for f in OUT.glob("*.xml"):
+        f.unlink()
+    # (Lesson 16's test_16_on_the_wire.py matches the pattern: it is added
+    # below, by name, not as a wire test of its own.)
+    wired = sorted(p for p in (COURSE / "grader/lessons").glob("test_*_wire.py")
+                   if not p.name.startswith("test_16_"))
+    lessons = sorted({next((COURSE / "lessons").glob(p.name[5:7] + "-*")).name
+                      for p in wired})
+    cheats = make_tree()
+    wire_only = make_wire_tree()
+    for tree, names in (("solutions", lessons),
+                        (TREE, [n for n in lessons if n in cheats]),
+                        (WIRE_TREE, list(wire_only))):
+        for name in names:
+            res = compile_lesson(COURSE, COURSE / tree, name)
+            assert res["rc"] == 0, res["stderr"]
+    rel = [str(p.relative_to(COURSE)) for p in wired]
+    cheat_nodes = [n for n in rel if any(
+        f"test_{lesson[:2]}_" in n for lesson in cheats
+        if cheats[lesson] in WIRE_EXPECTED)]
+    only_nodes = sorted({str(p.relative_to(COURSE)) for lesson in wire_only
+                         for p in (COURSE / "grader/lessons").glob(
+                             f"test_{lesson[:2]}_*.py")
+                         if p.stem.endswith(("_wire", "_peer"))})
+    # Lesson 16 with them: on a capturing pair its real capture is fresh
+    # traffic the grader makes across the link.
+    lesson16 = [str(p.relative_to(COURSE)) for p in
+                (COURSE / "grader/lessons").glob("test_16_*.py")]
+    for name in {p.split("/")[-1][5:7] for p in lesson16}:
+        lessons.append(next((COURSE / "lessons").glob(f"{name}-*")).name)
+    cmd_a = "; ".join([
+        _pytest_on_a("solutions", rel + lesson16, "solutions"),
+        _pytest_on_a(str(TREE.relative_to(COURSE)), cheat_nodes, "cheats"),
+        _pytest_on_a(str(WIRE_TREE.relative_to(COURSE)), only_nodes,
+                     "wire-only"),
+        "true"])
+    pcap = OUT / "wire.pcap"
+    res = subprocess.run([str(COURSE / "vm-setup/with-rxe"), "--pair",
+                          "--capture", str(pcap), cmd_a, ""],
+                         cwd=COURSE, capture_output=True, text=True,
+                         timeout=1700)
+    log = res.stdout[-8000:] + res.stderr[-3000:]
+    for name in ("solutions", "cheats", "wire-only"):
+        assert (OUT / f"{name}.xml").exists(), f"{name}: no results\n{log}"
+    problems = []
+    sol = _junit(OUT / "solutions.xml")
+    assert len(sol) >= 10 and any(t.startswith("test_16_") for t in sol), \
+        f"the wire tests and lesson 16 did not run: {sol}\n{log}"
+    problems += [f"solutions failed {t}" for t, failed in sol.items() if failed]
+    got = _junit(OUT / "cheats.xml")
+    for cls, per in WIRE_EXPECTED.items():
+        for lesson, want in per.items():
+            mine = {t for t, f in got.items() if f and t.startswith(
+                f"test_{lesson[:2]}_")}
+            if mine != want:
+                problems.append(f"cheat {cls}/{lesson} on the wire: must fail "
+                                f"{sorted(want)}, failed {sorted(mine)}")
+    got = _junit(OUT / "wire-only.xml")
+    for cls, per in WIRE_ONLY.items():
+        for lesson, want in per.items():
+            mine = {t for t, f in got.items() if f and t.startswith(
+                f"test_{lesson[:2]}_")}
+            ran = {t for t in got if t.startswith(f"test_{lesson[:2]}_")}
+            if mine != want or not any("_peer.py::" in t for t in ran):
+                problems.append(f"cheat {cls}/{lesson}: must fail exactly "
+                                f"{sorted(want)} and pass the peer tests; "
+                                f"failed {sorted(mine)} of {sorted(ran)}")
+    assert not problems, "\n".join(problems) + "\n" + log
+    # The real capture: the decoder and tshark agree on every packet.
+    agree(pcap, 500)
