@@ -304,7 +304,7 @@ static void fill_req(struct kv_client *c, int op, const char *key, size_t klen,
 static int kv_rpc(struct kv_client *c, int op, const char *key, size_t klen,
 		  const char *val, size_t vlen, struct kv_result *res)
 {
-	struct kv_msg rep;
+	struct kv_msg rep = {};
 
 	memset(res, 0, sizeof(*res));
 	fill_req(c, op, key, klen, val, vlen);

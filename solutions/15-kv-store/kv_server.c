@@ -329,32 +329,29 @@ static void apply(struct kv_server *srv, struct kv_conn *conn,
 
 /*
  * Answer request @req of client @k with @rep (its status, slot, version
- * and a GET's value filled by apply()). 0 or -1 (message printed).
+ * and a GET's value filled by apply()): a SEND on the connection the
+ * request came from. 0 or -1 (message printed).
  */
 static int answer(struct kv_server *srv, int k, const struct kv_msg *req,
 		  struct kv_msg *rep)
 {
-	struct kv_conn *conn;
+	struct kv_conn *conn = &srv->conn[k];
 	int ret;
 
 	/* TODO 6: the reply carries the request's op, seq and client, so
-	 * that the client can tell it is the answer to that request; SEND
-	 * it (post_wr(), wr_id WRID_SEND, the reply buffer's lkey) on the
-	 * connection the request came from, and count it in conn->sending;
-	 * set ret to what post_wr() returns. */
-	conn = &srv->conn[k];
+	 * that the client can tell it is the answer to that request (the
+	 * rest of it, apply() filled). */
 	rep->op = req->op;
 	rep->seq = req->seq;
 	rep->client = req->client;
+	/* END TODO 6 */
 	ret = post_wr(conn->rc, IBV_WR_SEND, WRID_SEND, rep, KV_MSG_SIZE,
 		      conn->msg_mr->lkey, 0, 0);
-	if (!ret)
-		conn->sending++;
-	/* END TODO 6 */
 	if (ret) {
 		fprintf(stderr, "ibv_post_send failed: %s\n", strerror(ret));
 		return -1;
 	}
+	conn->sending++;
 	return 0;
 }
 

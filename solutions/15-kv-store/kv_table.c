@@ -10,6 +10,7 @@
  * version was copied (odd); the CRC, which covers the version too, says
  * whether the bytes copied belong together.
  */
+#include "course.h"
 #include "kv.h"
 
 #include <string.h>
@@ -25,8 +26,8 @@ uint32_t kv_slot_crc(const struct kv_slot *s)
 {
 	uint32_t crc = 0;
 
-	/* TODO 1: the CRC of the bytes above (man nothing: kv.h, kv_crc32;
-	 * the README's "The table"). */
+	/* TODO 1: kv_crc32() of the bytes above (kv.h has their offsets;
+	 * the README's "The table" draws them). */
 	crc = kv_crc32(0, (const uint8_t *)s + KV_CRC_OFFSET,
 		       KV_VALUE_OFFSET - KV_CRC_OFFSET + s->val_len);
 	/* END TODO 1 */

@@ -44,6 +44,7 @@ reads it), whatever happened.
 
 import argparse
 import json
+import math
 import os
 import random
 import secrets
@@ -446,6 +447,11 @@ class KvServer:
             status = OK
             conn.done = True
             conn.log["t_end"] = t_arr
+            if self.a.bench_stop:
+                self.a.bench_stop = False
+                for c in self.conns:
+                    if not c.done:
+                        c.sock.sendall(b"S")
         elif op == GET:
             status, slot, version, got = self.lookup(key)
         elif op == PUT:
@@ -475,8 +481,9 @@ class KvServer:
                 seq > 1:
             others = [c.qpn for c in self.conns if c is not conn]
             other = others[0] if others else (conn.qpn ^ 0x5a5a) or 1
-            fake = MSG.pack(op, OK, klen, len(got), seq, other,
-                            slot + 1, version + 1000, key, got[::-1])
+            fake_value = got[::-1] if got else b"foreign"
+            fake = MSG.pack(op, OK, klen, len(fake_value), seq, other,
+                            slot + 1, version + 1000, key, fake_value)
             self.send(conn, 1, fake)
             rec["foreign_before"] = {"client": other, "slot": slot + 1,
                                      "version": version + 1000}
@@ -677,22 +684,43 @@ class KvClient:
                 raise Done(f"{op} {key.decode()}: the reply status is "
                            f"{status} ({STATUS.get(status, '?')})")
 
-    def run_bench(self):
+    def run_bench(self, sock):
+        """GETs of random keys of --bench-keys (key0, key1, ...): --bench
+        of them, or with --until-stop as many as fit before the server
+        says 'S' on TCP (kv.py server --bench-stop). Each GET's time
+        (this host's clock) is kept for its percentiles."""
         a, r = self.a, self.r
         keys = [f"key{i}".encode() for i in range(a.bench_keys)]
-        for k in keys:
-            status, _, _, _ = self.rpc(PUT, k, b"v" * a.value_size)
-            if status != OK:
-                raise Done(f"put {k.decode()}: status {status}")
+        if not a.until_stop:
+            for k in keys:
+                status, _, _, _ = self.rpc(PUT, k, b"v" * a.value_size)
+                if status != OK:
+                    raise Done(f"put {k.decode()}: status {status}")
         print(f"preloaded {len(keys)} keys", flush=True)
-        t0 = now()
-        for _ in range(a.bench):
-            status, *_ = self.get(_rand.choice(keys))
-            if status != OK:
-                raise Done("a preloaded key is absent")
-        t = now() - t0
-        r["bench"] = {"gets": a.bench, "seconds": t, "reads": self.reads,
-                      "rate": a.bench / t}
+        ns, stop = [], False
+        t0 = time.perf_counter()
+        while not stop:
+            for _ in range(32):
+                t = time.perf_counter()
+                status, *_ = self.get(_rand.choice(keys))
+                ns.append(time.perf_counter() - t)
+                if status != OK:
+                    raise Done("a preloaded key is absent")
+                if len(ns) == a.bench and not a.until_stop:
+                    stop = True
+                    break
+            if a.until_stop and select.select([sock], [], [], 0)[0]:
+                got = sock.recv(1)
+                if got != b"S":
+                    raise PeerGone(f"the server sent {got!r} during the "
+                                   f"benchmark, not b'S'")
+                stop = True
+        t = time.perf_counter() - t0
+        ns.sort()
+        r["bench"] = {"gets": len(ns), "seconds": t, "reads": self.reads,
+                      "rate": len(ns) / t,
+                      "p50_us": 1e6 * ns[math.ceil(0.5 * len(ns)) - 1],
+                      "p99_us": 1e6 * ns[math.ceil(0.99 * len(ns)) - 1]}
 
 
 def run_client(a, r):
@@ -700,8 +728,8 @@ def run_client(a, r):
     sock = oob.connect(a.host, a.port, a.timeout)
     try:
         cli.connect(sock)
-        if a.bench:
-            cli.run_bench()
+        if a.bench or a.until_stop:
+            cli.run_bench(sock)
         else:
             cli.run_ops()
         t0 = now()
@@ -736,6 +764,8 @@ def main(argv=None):
     p.add_argument("--bench", type=int, default=0)
     p.add_argument("--bench-keys", type=int, default=64)
     p.add_argument("--value-size", type=int, default=32)
+    p.add_argument("--until-stop", action="store_true")
+    p.add_argument("--bench-stop", action="store_true")         # server
     a = p.parse_args(argv)
     r = {"role": a.role, "ok": False, "error": None}
     try:

@@ -168,35 +168,33 @@ def describe_state(s):
 
 
 def check_client_vs_server(server, qpn, ops, stdout, who):
-    """Problems (strings) with one student client's run: `ops` the
-    workload it was given ([{op, key, value}]), `stdout` what it printed,
-    `server` the reference server's peer-result, `qpn` the client's QP."""
-    problems = []
+    """Problems with one student client's run, as (kind, message): kind
+    'form' (its result lines), 'request' (what reached the server),
+    'reply' (a request's printed result is not the reply the server sent
+    for it), 'get' (a GET that no write explains). `ops`: the workload it
+    was given ([{op, key, value}]); `stdout`: what it printed; `server`:
+    the reference server's peer-result; `qpn`: the client's QP."""
     got = parse_results(stdout)
     for j, op in enumerate(ops):
         if j >= len(got):
-            problems.append(f"{who}: {len(got)} result lines for "
-                            f"{len(ops)} ops; none for op {j + 1} "
-                            f"({op_text(op)!r})")
-            return problems
+            return [("form", f"{who}: {len(got)} result lines for "
+                     f"{len(ops)} ops; none for op {j + 1} "
+                     f"({op_text(op)!r})")]
         if (got[j]["op"], got[j]["key"]) != (op["op"], op["key"]):
-            problems.append(f"{who}: result line {j + 1}\n  expected: a "
-                            f"line for {op_text(op)!r}\n  got:      "
-                            f"{got[j]['line']!r}")
-            return problems
+            return [("form", f"{who}: result line {j + 1}\n  expected: a "
+                     f"line for {op_text(op)!r}\n  got:      "
+                     f"{got[j]['line']!r}")]
         if got[j]["status"] == "unreadable":
-            problems.append(f"{who}: result line {j + 1} is not in the "
-                            f"documented form: {got[j]['line']!r}")
-            return problems
+            return [("form", f"{who}: result line {j + 1} is not in the "
+                     f"documented form: {got[j]['line']!r}")]
     if len(got) > len(ops):
-        problems.append(f"{who}: {len(got)} result lines for {len(ops)} "
-                        f"ops: {got[len(ops)]['line']!r} is extra")
-        return problems
+        return [("form", f"{who}: {len(got)} result lines for {len(ops)} "
+                 f"ops: {got[len(ops)]['line']!r} is extra")]
     conn = next((c for c in server.get("clients", []) if c["qpn"] == qpn),
                 None)
     if conn is None:
-        return [f"{who}: the reference server served no QP 0x{qpn:06x} (the "
-                f"QP number of its 'local:' line)"]
+        return [("request", f"{who}: the reference server served no QP "
+                 f"0x{qpn:06x} (the QP number of its 'local:' line)")]
     reqs = conn["requests"]
     want = [op for op in ops if op["op"] in REQUESTS]
     for j, op in enumerate(want):
@@ -206,15 +204,17 @@ def check_client_vs_server(server, qpn, ops, stdout, who):
                 (sent, op["key"], op.get("value")):
             shown = (f"{r['op']} {r['key']} {r.get('value') or ''}".strip()
                      if r else "nothing")
-            return [f"{who}: request {j + 1} that reached the reference "
-                    f"server\n  expected: {op_text(op)!r} (the {j + 1}th "
-                    f"put/del/rget of its ops)\n  got:      {shown}"]
+            return [("request", f"{who}: request {j + 1} that reached the "
+                     f"reference server\n  expected: {op_text(op)!r} (its "
+                     f"put/del/rget number {j + 1})\n  got:      {shown}")]
         if r.get("bad"):
-            return [f"{who}: the reference server could not read request "
-                    f"{j + 1} ({op_text(op)}): {r['bad']}"]
+            return [("request", f"{who}: the reference server could not "
+                     f"read request {j + 1} ({op_text(op)}): {r['bad']}")]
     if len(reqs) != len(want) + 1 or reqs[-1]["op"] != "bye":
-        return [f"{who}: the reference server received {len(reqs)} requests"
-                f"; expected the {len(want)} of its ops and a BYE"]
+        return [("request", f"{who}: the reference server received "
+                 f"{len(reqs)} requests; expected the {len(want)} of its "
+                 f"ops and a BYE")]
+    problems = []
     writes = server.get("writes", [])
     by_sv = {(w["slot"], w["version"]): w for w in writes}
     timelines = {}
@@ -237,8 +237,8 @@ def check_client_vs_server(server, qpn, ops, stdout, who):
             if op["op"] != "rget" or r["status"] != "ok":
                 mine["value"] = theirs["value"] = None
             if mine != theirs:
-                problems.append(reply_mixup(who, j, op, res, r, reqs[k - 2]
-                                            if k >= 2 else None))
+                problems.append(("reply", reply_mixup(
+                    who, j, op, res, r, reqs[k - 2] if k >= 2 else None)))
             continue
         hi = arrivals[k]
         tl = timelines.get(op["key"])
@@ -246,7 +246,8 @@ def check_client_vs_server(server, qpn, ops, stdout, who):
             tl = timelines[op["key"]] = Timeline(op["key"], writes)
         why = check_get(tl, res, lo, hi, by_sv)
         if why:
-            problems.append(f"{who}: op {j + 1}, {res['line']!r}: {why}")
+            problems.append(("get", f"{who}: op {j + 1}, {res['line']!r}: "
+                             f"{why}"))
     return problems
 
 
