@@ -63,7 +63,7 @@ BUCKET = 512
 QPN = re.compile(r"^local: .* qpn 0x([0-9a-f]+) ", re.M)
 RDMA_READ, SEND = 4, 2                  # enum ibv_wr_opcode
 WC_RDMA_READ = 2                        # enum ibv_wc_opcode
-RACE_HOLD_MS = 80
+RACE_HOLD_MS = 300
 SLOWEST = 10        # a program this many times slower than the reference
                     # loses the throughput point
 
