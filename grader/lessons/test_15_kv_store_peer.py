@@ -59,6 +59,11 @@ CLIENT, SERVER = "kv_client", "kv_server"
 KV = Path(__file__).resolve().parent.parent / "evidence/trusted/kv.py"
 READY = r"^listening on port (\d+)$"
 T = "10"
+# A wait that includes the other side's start: the program's server
+# accepting reference clients, a reference peer's accept, connect and 'G',
+# the program's client waiting for 'G' while a reference client starts
+# (on host B of a pair, through remote.py: seconds, more when loaded).
+START = "60"
 BUCKET = 512
 QPN = re.compile(r"^local: .* qpn 0x([0-9a-f]+) ", re.M)
 RDMA_READ, SEND = 4, 2                  # enum ibv_wr_opcode
@@ -194,7 +199,8 @@ def clients_vs_ref_server(build, rdma, spy_lib, workloads, nbuckets,
                           server_opts):
     spies = [Spy(spy_lib) for _ in workloads]
     with kv_server("--clients", len(workloads), "--buckets", nbuckets,
-                   "--timeout", T, *server_opts) as ref:
+                   "--timeout", T, "--start-timeout", START,
+                   *server_opts) as ref:
         with ExitStack() as stack:
             procs = [stack.enter_context(build.start(
                 CLIENT, "--port", ref.port, "-t", T, peer_host(rdma),
@@ -361,13 +367,14 @@ def server_run(build, rdma):
     keys = keyset(rand_between(8, 12), nbuckets)
     n = 3
     with build.start(SERVER, "--port", "0", "-c", n, "--buckets", nbuckets,
-                     "-t", T) as server:
+                     "-t", START) as server:
         pid = server.proc.pid
         with ExitStack() as stack:
             refs = [stack.enter_context(kv_client(
                 "--host", host(rdma), "--port", server.port, "--keys",
                 ",".join(keys), "--ops", rand_between(40, 60), "--timeout",
-                T, *(["--bad-request"] if i == 0 else [])))
+                T, "--start-timeout", START,
+                *(["--bad-request"] if i == 0 else [])))
                 for i in range(n)]
             vs = [verdict(r, timeout=60) for r in refs]
         srv = server.wait(timeout=30)
@@ -434,7 +441,8 @@ def ref_bench(rdma, n, server_host, server_port):
     """The reference client's benchmark (-n GETs) against the server at
     server_host:server_port: its own record (rate, p50_us, ...)."""
     with kv_client("--host", server_host, "--port", server_port, "--bench",
-                   n, "--bench-keys", BENCH_KEYS, "--timeout", T) as cli:
+                   n, "--bench-keys", BENCH_KEYS, "--timeout", T,
+                   "--start-timeout", START) as cli:
         v = verdict(cli, timeout=120)
     expect_peer_ok(v, "the reference client's benchmark")
     return v["bench"]
@@ -452,13 +460,13 @@ def client_bench(build, rdma):
     preload = [f"--preload=key{i}={'v' * 32}" for i in range(BENCH_KEYS)]
     before = rdma.counters()
     with kv_server("--clients", 2, "--buckets", 64, "--timeout", T,
-                   "--bench-stop", *preload) as ref:
+                   "--start-timeout", START, "--bench-stop", *preload) as ref:
         with kv_client("--host", peer_host(rdma), "--port", ref.port,
                        "--until-stop", "--bench-keys", BENCH_KEYS,
-                       "--timeout", T) as rcli:
+                       "--timeout", T, "--start-timeout", START) as rcli:
             with build.start(CLIENT, "--port", ref.port, "--bench", "-n", n,
                              "--keys", BENCH_KEYS, "--get-pct", 100,
-                             "--csv", CSV, "-t", T, peer_host(rdma),
+                             "--csv", CSV, "-t", START, peer_host(rdma),
                              ready=None) as cli:
                 pid = cli.proc.pid
                 res = cli.wait(timeout=120)
@@ -495,11 +503,12 @@ def server_bench(build, rdma):
     mine, ref = [], []
     for _ in range(2):
         with build.start(SERVER, "--port", "0", "-c", 1, "--buckets", 64,
-                         "-t", T) as server:
+                         "-t", START) as server:
             mine.append(ref_bench(rdma, n, host(rdma), server.port))
             srv = server.wait(timeout=30)
         srv.ok("kv_server -c 1 with the reference client's benchmark")
-        with kv_server("--buckets", 64, "--timeout", T) as rs:
+        with kv_server("--buckets", 64, "--timeout", T, "--start-timeout",
+                       START) as rs:
             ref.append(ref_bench(rdma, n, peer_host(rdma), rs.port))
             verdict(rs, timeout=20)
     return dict(mine=mine, ref=ref)

@@ -354,7 +354,7 @@ class KvServer:
             self.conns.append(conn)
             for i in range(RECVS):
                 self.post_recv(conn, i)
-            conn.sock = oob.accept_one(lsock, a.timeout)
+            conn.sock = oob.accept_one(lsock, a.start_timeout)
             theirs = oob.exchange(conn.sock, conn.qp.info(
                 self.table.buf, self.table.rkey, self.nb * BUCKET))
             conn.qpn = theirs.qpn
@@ -725,7 +725,7 @@ class KvClient:
 
 def run_client(a, r):
     cli = KvClient(a, r)
-    sock = oob.connect(a.host, a.port, a.timeout)
+    sock = oob.connect(a.host, a.port, a.start_timeout)
     try:
         cli.connect(sock)
         if a.bench or a.until_stop:
@@ -749,6 +749,10 @@ def main(argv=None):
     p.add_argument("--gid-index", type=int,
                    default=int(os.environ.get("RDMA_GID_INDEX", "1")))
     p.add_argument("--timeout", type=int, default=10)
+    # The waits that include the other side's start (accepting a client,
+    # connecting, the 'G' barrier): on host B of a pair, or loaded, a
+    # peer may start seconds after its server's readiness line.
+    p.add_argument("--start-timeout", type=int, default=0)
     # server
     p.add_argument("--clients", type=int, default=1)
     p.add_argument("--buckets", type=int, default=64)
@@ -767,6 +771,7 @@ def main(argv=None):
     p.add_argument("--until-stop", action="store_true")
     p.add_argument("--bench-stop", action="store_true")         # server
     a = p.parse_args(argv)
+    a.start_timeout = a.start_timeout or a.timeout
     r = {"role": a.role, "ok": False, "error": None}
     try:
         (run_server if a.role == "server" else run_client)(a, r)
