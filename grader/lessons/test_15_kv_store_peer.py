@@ -75,18 +75,23 @@ SLOWEST = 10        # a program this many times slower than the reference
 
 # ---- the reference peers ------------------------------------------------------
 
-def kv_cmd(role, *opts):
+def kv_cmd(role, *opts, here=False):
+    """The reference peer's command: on host B of a pair (make grade
+    HOSTS=2), unless `here`. Host B runs one job at a time: a peer that
+    must run beside another peer runs here, on the program's host."""
     cmd = [sys.executable, str(KV), role, *map(str, opts)]
     jobs = os.environ.get("RDMA_PEER_JOBS")
-    return [sys.executable, str(REMOTE), jobs, "--", *cmd] if jobs else cmd
+    return ([sys.executable, str(REMOTE), jobs, "--", *cmd]
+            if jobs and not here else cmd)
 
 
 def kv_server(*opts):
     return start_peer(kv_cmd("server", *opts), ready=READY, timeout=60)
 
 
-def kv_client(*opts, ready=None):
-    return start_peer(kv_cmd("client", *opts), ready=ready, timeout=60)
+def kv_client(*opts, ready=None, here=False):
+    return start_peer(kv_cmd("client", *opts, here=here), ready=ready,
+                      timeout=60)
 
 
 # ---- random inputs ------------------------------------------------------------------
@@ -369,12 +374,14 @@ def server_run(build, rdma):
     with build.start(SERVER, "--port", "0", "-c", n, "--buckets", nbuckets,
                      "-t", START) as server:
         pid = server.proc.pid
+        # Three reference clients at once: host B of a pair runs one job
+        # at a time, so with HOSTS=2 they run here, beside the server.
         with ExitStack() as stack:
             refs = [stack.enter_context(kv_client(
                 "--host", host(rdma), "--port", server.port, "--keys",
                 ",".join(keys), "--ops", rand_between(40, 60), "--timeout",
                 T, "--start-timeout", START,
-                *(["--bad-request"] if i == 0 else [])))
+                *(["--bad-request"] if i == 0 else []), here=True))
                 for i in range(n)]
             vs = [verdict(r, timeout=60) for r in refs]
         srv = server.wait(timeout=30)
@@ -437,12 +444,12 @@ def scratch(build):
     return Path(sb.scratch if sb and sb.scratch else ".")
 
 
-def ref_bench(rdma, n, server_host, server_port):
+def ref_bench(rdma, n, server_host, server_port, here=False):
     """The reference client's benchmark (-n GETs) against the server at
     server_host:server_port: its own record (rate, p50_us, ...)."""
     with kv_client("--host", server_host, "--port", server_port, "--bench",
                    n, "--bench-keys", BENCH_KEYS, "--timeout", T,
-                   "--start-timeout", START) as cli:
+                   "--start-timeout", START, here=here) as cli:
         v = verdict(cli, timeout=120)
     expect_peer_ok(v, "the reference client's benchmark")
     return v["bench"]
@@ -461,9 +468,12 @@ def client_bench(build, rdma):
     before = rdma.counters()
     with kv_server("--clients", 2, "--buckets", 64, "--timeout", T,
                    "--start-timeout", START, "--bench-stop", *preload) as ref:
+        # Both clients on the program's host (with HOSTS=2 the server is
+        # on host B): the same path to the same server.
         with kv_client("--host", peer_host(rdma), "--port", ref.port,
                        "--until-stop", "--bench-keys", BENCH_KEYS,
-                       "--timeout", T, "--start-timeout", START) as rcli:
+                       "--timeout", T, "--start-timeout", START,
+                       here=True) as rcli:
             with build.start(CLIENT, "--port", ref.port, "--bench", "-n", n,
                              "--keys", BENCH_KEYS, "--get-pct", 100,
                              "--csv", CSV, "-t", START, peer_host(rdma),
@@ -509,7 +519,10 @@ def server_bench(build, rdma):
         srv.ok("kv_server -c 1 with the reference client's benchmark")
         with kv_server("--buckets", 64, "--timeout", T, "--start-timeout",
                        START) as rs:
-            ref.append(ref_bench(rdma, n, peer_host(rdma), rs.port))
+            # With HOSTS=2 the reference server is on host B and its
+            # client here: across the wire, as on the program's server.
+            ref.append(ref_bench(rdma, n, peer_host(rdma), rs.port,
+                                 here=True))
             verdict(rs, timeout=20)
     return dict(mine=mine, ref=ref)
 
