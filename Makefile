@@ -23,6 +23,8 @@
 #                        (ratio, target <= 1.3) and the UDP p50, in one run
 #   make bench-bw        lesson 13's reference bw against ib_write_bw: MB/s at
 #                        64 KiB and Mmsg/s at 64 B (ratios, target >= 0.8)
+#   make bench-kv [SRC=DIR]  lesson 15: one-sided GET against GET by request, torn
+#                        READs under a writer, the graded ratios (README's table)
 #   make bench-vm        micro-VM boot-to-ready time, with-rxe overhead, and a
 #                        round trip in one VM against a linked pair
 #   make bench-grade     wall time of grading all solutions and of make test
@@ -69,7 +71,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-stability bench-latency bench-bw deps clean \
+.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-stability bench-latency bench-bw bench-kv deps clean \
 	student-repo grade-class bench-class gradescope vm-kernel-update vm-cache-export vm-cache-import bench-arm64
 
 comma := ,
@@ -150,6 +152,14 @@ bench-bw:
 	@$(MAKE) -s --no-print-directory build LESSON=13 SRC=solutions
 	@RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2} $(WITH_RXE) lessons/13-throughput/bench.sh \
 		build/solutions/$(notdir $(call lesson_dir,13))
+
+# Lesson 15: SRC given on the command line, else the reference solution
+# where there is one (the students' repository: skeletons, their work).
+KV_SRC = $(if $(filter command line,$(origin SRC)),$(SRC),$(if $(wildcard solutions/15-kv-store),solutions,skeletons))
+bench-kv:
+	@$(MAKE) -s --no-print-directory build LESSON=15 SRC=$(KV_SRC)
+	@RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2} $(WITH_RXE) $(PYTHON) lessons/15-kv-store/bench.py \
+		build/$(patsubst /%,abs/%,$(KV_SRC))/$(notdir $(call lesson_dir,15))
 
 student-repo:
 	@$(if $(OUT),,$(error usage: make student-repo OUT=DIR))

@@ -175,3 +175,19 @@ class SharedRc(RcResources):
         self.create_qp()
         self.to_init(qp_access)
         self.psn = _rand.randrange(1 << 24)
+
+
+class RcQp(RcResources):
+    """An RC QP on a context, PD and CQ the caller made and may share
+    among several QPs (lesson 15's reference server polls one CQ for all
+    its clients: a completion's qp_num says whose it is). Its memory is
+    the caller's too: connect() and info() are RcResources'."""
+
+    def __init__(self, ctx, pd, cq, qp_access, device, gid_index,
+                 ib_port=1, max_wr=4):
+        self.device, self.gid_index, self.ib_port = device, gid_index, ib_port
+        self.ctx, self.pd, self.cq, self.max_wr = ctx, pd, cq, max_wr
+        self.mr, self.size = None, 0
+        self.create_qp()
+        self.to_init(qp_access)
+        self.psn = _rand.randrange(1 << 24)

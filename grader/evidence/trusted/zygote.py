@@ -40,7 +40,7 @@ import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ("peer.py", "udp_echo.py")
+SCRIPTS = ("peer.py", "udp_echo.py", "kv.py")
 READY = "zygote ready"
 
 
