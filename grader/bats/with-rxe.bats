@@ -203,11 +203,15 @@ PY
 	git clone -q "$COURSE" "$BATS_TEST_TMPDIR/c1"
 	git clone -q "$COURSE" "$BATS_TEST_TMPDIR/c2"
 	export RXE_VM_CACHE="$BATS_TEST_TMPDIR/cache" RXE_VM_KERNEL_DEB="$deb" RXE_VM_ACCEL=tcg RXE_VM_COLD=1
+	pids=()
 	for c in c1 c2; do
 		"$BATS_TEST_TMPDIR/$c/vm-setup/with-rxe" bash -c "echo $c \$RDMA_DEVICE" \
 			>"$BATS_TEST_TMPDIR/$c.out" 2>"$BATS_TEST_TMPDIR/$c.err" 3>&- &
+		pids+=($!)
 	done
-	wait
+	# These two only: a bare wait would also wait for bats' own
+	# BATS_TEST_TIMEOUT watcher.
+	wait "${pids[@]}"
 	[ "$(cat "$BATS_TEST_TMPDIR/c1.out")" = "c1 rxe0" ]
 	[ "$(cat "$BATS_TEST_TMPDIR/c2.out")" = "c2 rxe0" ]
 	# Built once, by whichever came first; the other waited and reused it.
