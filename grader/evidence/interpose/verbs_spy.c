@@ -14,9 +14,11 @@
  *   get_device_guid node_guid=0x...
  *   post_send qpn=Q opcode=O len=N num_sge=K wr_id=W flags=0xF
  *             sge0=ADDR:LEN:LKEY [sge1=...] raddr=0x.. rkey=0x..
- *             cmp=0x.. swap=0x.. rc=R  (rc: what ibv_post_send returned)
+ *             cmp=0x.. swap=0x.. rc=R cpu=NS  (rc: what ibv_post_send
+ *             returned; cpu: the process's CPU time so far, all threads)
  *   post_recv qpn=Q wr_id=W len=N rc=R
  *   poll_cq wc opcode=O status=S len=N qpn=Q wr_id=W [old=0x..] [sum=0x..]
+ *             cpu=NS
  *             (old: an atomic's old value, as it landed in the program's
  *             buffer; sum: FNV-1a of what a READ brought)
  *   read_source qpn=Q raddr=0x.. len=N sum=0x..  (a READ of this process's
@@ -143,6 +145,16 @@ static uint64_t now_ns(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/* CPU time this process has used so far, every thread (lesson 10: the
+ * CPU a wait costs, between two calls the program makes). */
+static uint64_t cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
@@ -782,7 +794,7 @@ static int spy_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			sges[0] = 0;
 		record("post_send qpn=%u opcode=%d len=%u num_sge=%d wr_id=%llu "
 		       "flags=0x%x%s raddr=0x%llx rkey=0x%x cmp=0x%llx "
-		       "swap=0x%llx rc=%d\n",
+		       "swap=0x%llx rc=%d cpu=%llu\n",
 		       qp->qp_num, w->opcode, len, w->num_sge,
 		       (unsigned long long)w->wr_id, w->send_flags, sges,
 		       (unsigned long long)(w->opcode >= IBV_WR_ATOMIC_CMP_AND_SWP &&
@@ -794,7 +806,8 @@ static int spy_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			       ? w->wr.atomic.rkey
 			       : w->wr.rdma.rkey,
 		       (unsigned long long)w->wr.atomic.compare_add,
-		       (unsigned long long)w->wr.atomic.swap, rc);
+		       (unsigned long long)w->wr.atomic.swap, rc,
+		       (unsigned long long)cpu_ns());
 	}
 	return rc;
 }
@@ -839,9 +852,11 @@ static int spy_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 				 (unsigned long long)checksum(posted[k].addr,
 							      posted[k].len));
 		}
-		record("poll_cq wc opcode=%d status=%d len=%u qpn=%u wr_id=%llu%s\n",
+		record("poll_cq wc opcode=%d status=%d len=%u qpn=%u wr_id=%llu%s "
+		       "cpu=%llu\n",
 		       wc[i].opcode, wc[i].status, wc[i].byte_len,
-		       wc[i].qp_num, (unsigned long long)wc[i].wr_id, extra);
+		       wc[i].qp_num, (unsigned long long)wc[i].wr_id, extra,
+		       (unsigned long long)cpu_ns());
 		stats_wc(&wc[i]);
 	}
 	return got;
