@@ -93,7 +93,7 @@ device_part() {
 part 4a device_part "$@" &
 
 part 1 bats grader/bats/scripts.bats grader/bats/setup.bats
-part 2 $PYTEST -m "not device" "$@"
+part 2 $PYTEST -m "not device" --durations=8 "$@"
 wait
 
 status() { [ "$(cat "$logs/$1.rc")" = 0 ] && echo ok || echo "FAILED ($(cat "$logs/$1.rc"))"; }
