@@ -208,7 +208,7 @@ def main(argv):
           f"{config['lesson']}"
           + (f", tests matching {args.test!r}" if args.test else "")
           + "; upload it as the assignment's autograder "
-          f"(see INSTRUCTORS.md: base image, container size)")
+          "(see INSTRUCTORS.md: base image, container size)")
     return 0
 
 

@@ -29,7 +29,6 @@ import os
 import re
 import time
 import tomllib
-from pathlib import Path
 
 import pytest
 
