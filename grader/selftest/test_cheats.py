@@ -60,7 +60,7 @@ EXPECTED = {
     "fabricated-timings": {
         "02-memory-regions": {
             "test_02_memory_regions.py::test_reg_cost_grows",
-            "test_02_memory_regions_spy.py::test_reg_cost_timed"},
+            "test_02_memory_regions.py::test_reg_cost_timed"},
     },
     # States printed from a counter, B printing --msg.
     "faked-states": {

@@ -17,7 +17,7 @@ from conftest import COURSE, need_device
 
 TESTS = [
     "grader/lessons/test_02_memory_regions.py::test_reg_cost_grows",
-    "grader/lessons/test_02_memory_regions_spy.py::test_reg_cost_timed",
+    "grader/lessons/test_02_memory_regions.py::test_reg_cost_timed",
     "grader/lessons/test_10_events.py::test_lost_wakeup",
     "grader/lessons/test_10_events.py::test_cpu",
     "grader/lessons/test_10_events.py::test_cpu_reported",
