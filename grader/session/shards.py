@@ -199,13 +199,11 @@ class Compactor:
         self.full = "--verbose-failures" in args
         self.unfinished = None
         self.noted = False
-        self.shown = 0
         src = _opt(args, "src")
         self.src_arg = ("" if not src or Path(src).resolve()
                         == (course / "skeletons").resolve() else f" SRC={src}")
 
     def lines(self, block):
-        self.shown += 1
         subtotals = [x for x in block if report.SUBTOTAL.match(x)]
         if self.unfinished is not None and not self.full and subtotals:
             note = [] if self.noted else [report.compact_note(
@@ -222,8 +220,8 @@ class Compactor:
     def next_step(self):
         if self.unfinished is None:
             return None
-        return report.next_step(self.unfinished, self.src_arg,
-                                self.shown > 1)
+        # (a sharded grading has two lessons or more)
+        return report.next_step(self.unfinished, self.src_arg, True)
 
 
 def _merge_results(shards, path):
