@@ -42,11 +42,13 @@ while :; do
 	waiter=$!
 	wait "$waiter"
 	waiter=''
+	# Let an editor finish its rename dance, or rm -r its deleting: the
+	# first event of a removal comes while the directory still exists.
+	sleep 0.2
 	# Gone (deleted, or its disk unmounted): nothing is left to watch, and
 	# inotifywait would fail at once, every time.
 	[ -d "$src/$name" ] || {
 		echo "watch: $src/$name/ is gone: stopping" >&2
 		stop
 	}
-	sleep 0.2 # let an editor finish its rename dance
 done
