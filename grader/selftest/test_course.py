@@ -130,7 +130,24 @@ def test_solution_reaches_full_marks(lesson, solutions_grade):
     assert lesson.name in per, f"no grader results for {lesson.name}"
     got, total = per[lesson.name]
     assert total > 0
-    assert got == total, f"{lesson.name}: solutions score {got}/{total}\n{out}"
+    assert got == total, (f"{lesson.name}: solutions score {got}/{total}\n"
+                          f"{lesson_block(out, lesson.name)}")
+
+
+def lesson_block(out, name):
+    """The lines a grading printed for one lesson (its == header == to the
+    line before the next header): what a failure message needs, short
+    enough that a CI log cut to its head and tail still shows it."""
+    block = []
+    for line in out.splitlines():
+        if line.startswith("== "):
+            if block:
+                break
+            if line.startswith(f"== {name}:"):
+                block.append(line)
+        elif block:
+            block.append(line)
+    return "\n".join(block) or out
 
 
 @pytest.mark.device
