@@ -27,12 +27,12 @@ def git_status():
 
 
 @pytest.fixture(scope="session")
-def graded(tmp_path_factory):
+def graded():
     need_device()
     assert (COURSE / TREE).is_dir(), \
         f"{TREE} is missing: make test builds it (grader/selftest/run-all.sh)"
     before = git_status()
-    per, out, results = grade_tree(TREE, tmp_path_factory, hostile.lessons())
+    per, out, results = grade_tree(TREE, hostile.lessons())
     return {"per": per, "out": out, "results": results, "before": before,
             "after": git_status()}
 

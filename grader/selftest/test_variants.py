@@ -67,11 +67,10 @@ def test_variant_compiles():
 @pytest.mark.instructor
 @pytest.mark.device
 @pytest.mark.timeout(1500)
-def test_prefixed_lines_keep_full_marks(tmp_path_factory):
+def test_prefixed_lines_keep_full_marks():
     need_device()
     make_tree()
-    per, out, _ = grade_tree(TREE.relative_to(COURSE), tmp_path_factory,
-                             lessons=LESSONS)
+    per, out, _ = grade_tree(TREE.relative_to(COURSE), lessons=LESSONS)
     short = {k: v for k, v in per.items() if v[0] != v[1]}
     assert per and not short, (f"the solutions with 'PROG: ' before every "
                                f"line lost points: {short}\n{out[-8000:]}")
