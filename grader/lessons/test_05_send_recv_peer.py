@@ -11,17 +11,12 @@ qp_info and the two syncs.
 import pytest
 
 from grader import GradeFailure, expect, expect_line, points
-from grader.evidence.trusted.run import (client_vs_peer, expect_own_traffic,
+from grader.evidence.trusted.run import (T_ACCEPT, client_vs_peer, expect_own_traffic,
                                 expect_owner, expect_peer_ok, rand_between,
                                 server_vs_peer)
 
 PROG = "pingpong"
 T = "10"
-# A server's wait for its client to connect includes the client's start
-# (the reference client's: pyverbs, 1-2 s quiet, 30 s measured on 2 loaded
-# cores in half a CPU): the program's -t when it serves the reference
-# client, the reference server's --accept-timeout. Both only bound a hang.
-T_ACCEPT = "60"
 
 
 def _args(iters, size, t=T):

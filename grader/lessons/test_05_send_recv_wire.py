@@ -17,8 +17,8 @@ import pytest
 from grader import expect, points
 from grader.evidence import wire
 from grader.evidence.trusted import patterns
-from grader.evidence.trusted.run import (client_vs_peer, rand_between,
-                                         server_vs_peer)
+from grader.evidence.trusted.run import (T_ACCEPT, client_vs_peer,
+                                         rand_between, server_vs_peer)
 
 pytestmark = pytest.mark.wire
 
@@ -30,7 +30,8 @@ def _run(build, rdma, as_client):
     cap = wire.capture()
     iters, size = rand_between(8, 16), rand_between(600, 2000)
     peer = ["--iters", iters, "--size", size, "--timeout", T]
-    args = ["-n", iters, "-s", size, "-t", T]
+    # a server's -t includes the reference client's start on host B
+    args = ["-n", iters, "-s", size, "-t", T if as_client else T_ACCEPT]
     mark = cap.mark()
     if as_client:
         res, pid, v = client_vs_peer(build, rdma, "05", PROG, peer, args)

@@ -22,8 +22,8 @@ import pytest
 from grader import GradeFailure, expect, points
 from grader.evidence import wire
 from grader.evidence.trusted import patterns
-from grader.evidence.trusted.run import (client_vs_peer, rand_between,
-                                         server_vs_peer)
+from grader.evidence.trusted.run import (T_ACCEPT, client_vs_peer,
+                                         rand_between, server_vs_peer)
 
 pytestmark = pytest.mark.wire
 
@@ -53,8 +53,9 @@ def server_on_wire(build, rdma):
     cap = wire.capture()
     size = _size()
     mark = cap.mark()
+    # the server's -t includes the reference client's start on host B
     res, pid, v = server_vs_peer(build, rdma, "07", PROG,
-                                 ["-s", size, "-t", T],
+                                 ["-s", size, "-t", T_ACCEPT],
                                  ["--size", size, "--timeout", T])
     return res, v, cap.since(mark), size
 

@@ -44,7 +44,8 @@ import pytest
 from grader import GradeFailure, expect, expect_line, expect_match, points
 from grader.evidence.interpose import Spy, build_interposer
 from grader.session.pairs import host
-from grader.evidence.trusted.run import (expect_owner, expect_peer_ok, peer_host,
+from grader.evidence.trusted.run import (PEER_START, T_ACCEPT, expect_owner,
+                                         expect_peer_ok, peer_host,
                                          rand_between, start_client,
                                          start_server, verdict)
 from grader.session import pairs
@@ -52,18 +53,14 @@ from grader.session import pairs
 PROG = "events"
 # Every wait here bounds a hang; none measures speed (grader/README.md,
 # "Timing"). T: each wait of the program and of the reference peer (a
-# completion, a TCP exchange): a round trip takes milliseconds. T_ACCEPT:
-# a server's wait for its client to connect, which includes the client's
-# start (the reference peer's --accept-timeout, or the program's -t when it
-# serves the reference client). PEER_START: the reference peer's own start
-# (pyverbs: 1-2 s quiet, 30 s measured on 2 loaded cores in half a CPU).
+# completion, a TCP exchange): a round trip takes milliseconds. T_ACCEPT
+# (a server's wait for its client, the client's start included) and
+# PEER_START (the reference peer's own start): grader/evidence/trusted/run.py.
 # T is 30, not 10: the client's first wait, for the reference server's QP
 # info, includes the server's setup after it accepts (pyverbs objects:
 # more than 10 s with six gradings at once on 2 loaded cores - "out-of-band
 # receive timed out after 10 s" where a lost wakeup was expected).
 T = "30"
-T_ACCEPT = "60"
-PEER_START = 120
 CPU_RE = (r"^cpu: (\d+\.\d{3}) s user, (\d+\.\d{3}) s system in "
           r"(\d+\.\d{3}) s \(mode (poll|event)\)$")
 # bash's `time` keyword around the program: its CPU time, measured by the

@@ -59,23 +59,34 @@ def _spawn(argv, env, cwd):
     return _zygote.popen(argv, env=env, cwd=cwd)
 
 
-def start_peer(cmd, ready=None, timeout=40):
+# Waits that bound a hang, never a speed (grader/README.md, "Timing"):
+# PEER_START, the reference peer's own start (forked by the zygote: well
+# under a second; on host B of a pair a fresh pyverbs import: 2 s quiet,
+# over 40 s seen on 2 loaded cores); T_ACCEPT, a server's wait for its
+# client to connect, which includes the client's start: the program's -t
+# when it serves the reference client, the reference server's
+# --accept-timeout when the program's client may start late.
+PEER_START = 120
+T_ACCEPT = "60"
+
+
+def start_peer(cmd, ready=None, timeout=PEER_START):
     """A reference peer (`python3 peer.py ...` or `udp_echo.py ...`),
     forked by the zygote when there is one."""
     return harness.start(cmd, ready=ready, timeout=timeout, spawn=_spawn)
 
 
-def start_server(lesson, *opts, timeout=40):
+def start_server(lesson, *opts, timeout=PEER_START):
     """The reference server, listening (its port: proc.port)."""
     return start_peer(peer_cmd(lesson, "server", *opts), ready=READY,
                       timeout=timeout)
 
 
-def start_client(lesson, *opts, timeout=40):
+def start_client(lesson, *opts, timeout=PEER_START):
     return start_peer(peer_cmd(lesson, "client", *opts), timeout=timeout)
 
 
-def verdict(proc, timeout=40, other=None):
+def verdict(proc, timeout=PEER_START, other=None):
     """Wait for the peer; its `peer-result` as a dict (`_cmd`: the peer's
     command line, for messages). `other`: the Result of the program under
     test, when it has ended (shown if the peer has no verdict)."""
