@@ -130,8 +130,21 @@ def test_solution_reaches_full_marks(lesson, solutions_grade):
     assert lesson.name in per, f"no grader results for {lesson.name}"
     got, total = per[lesson.name]
     assert total > 0
-    assert got == total, (f"{lesson.name}: solutions score {got}/{total}\n"
-                          f"{lesson_block(out, lesson.name)}")
+    block = lesson_block(out, lesson.name)
+    # The first line is all pytest's short summary (the log's tail) shows.
+    assert got == total, (f"{lesson.name}: solutions score {got}/{total}; "
+                          f"{failed_tests(block)}\n{block}")
+
+
+def failed_tests(block):
+    """'FAIL: title (first line of why); ...' of a lesson's block."""
+    lines, out = block.splitlines(), []
+    for i, line in enumerate(lines):
+        if line.rstrip().endswith(")") and " ... FAIL (" in line:
+            why = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            out.append(f"FAIL: {line.split(' ... FAIL')[0].strip()} "
+                       f"({why[:200]})")
+    return "; ".join(out) or "no FAIL line"
 
 
 def lesson_block(out, name):
