@@ -140,12 +140,12 @@ def need_device():
 
 
 @pytest.fixture(scope="session")
-def solutions_grade(tmp_path_factory):
+def solutions_grade():
     need_device()
     return grade_tree("solutions")[:2]
 
 
 @pytest.fixture(scope="session")
-def skeletons_grade(tmp_path_factory):
+def skeletons_grade():
     need_device()
     return grade_tree("skeletons")[:2]

@@ -142,7 +142,8 @@ def failed_tests(block):
     for i, line in enumerate(lines):
         if line.rstrip().endswith(")") and " ... FAIL (" in line:
             why = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            out.append(f"FAIL: {line.split(' ... FAIL')[0].strip()} "
+            title = re.sub(r"^.*\[\s*\d+%\]", "", line.split(" ... FAIL")[0])
+            out.append(f"FAIL: {title.strip()} "
                        f"({why[:200]})")
     return "; ".join(out) or "no FAIL line"
 
