@@ -422,9 +422,24 @@ def _fresh(rdma, rng):
                         res.stderr):
                     break
                 time.sleep(1)
-            res.ok(" ".join(cmd))
+            if not _report_lost(res):
+                res.ok(" ".join(cmd))
             server.wait(timeout=30)
     return cap.since(mark, record=False).blob
+
+
+def _report_lost(res):
+    """True when a perftest client sent all its traffic and then could not
+    print its report: perftest calibrates its cycle counter against
+    gettimeofday() after the run, and gives up (exit 1, "Correlation
+    coefficient r^2: 0.53 < 0.9", "Can't produce a report") when the two
+    clocks disagree, as on a loaded TCG guest (a fresh-clone make test).
+    The run is over by then (the report follows it; a failed run says
+    "Failed to complete run_iter_bw" instead); the capture is what this
+    test needs, not the numbers."""
+    return (res.returncode == 1 and not res.timed_out
+            and "Can't produce a report" in res.stderr
+            and re.search(r"(?m)^\s*#bytes\s", res.stdout) is not None)
 
 
 @pytest.fixture(scope="module")
