@@ -346,7 +346,8 @@ in_memory_cgroup() {
 
 # fake_perftest DIR - DIR/ib_send_lat: a stand-in for perftest's that prints
 # t_typical `inf` in its first $FAKE_INF client runs (and always at size
-# $FAKE_INF_SIZE), then 12.50; DIR/latency: a stand-in for the lesson's
+# $FAKE_INF_SIZE), no row in its first $FAKE_NO_REPORT (its clock
+# calibration failed), then 12.50; DIR/latency: a stand-in for the lesson's
 # program (a server that is ready at once, a client with 3 samples).
 fake_perftest() {
 	local dir=$1
@@ -361,6 +362,11 @@ n=$(($(cat "$FAKE_DIR/calls" 2>/dev/null || echo 0) + 1))
 echo "$n" >"$FAKE_DIR/calls"
 t=12.50
 if [ "$n" -le "${FAKE_INF:-0}" ] || [ "$size" = "${FAKE_INF_SIZE:-}" ]; then t=inf; fi
+if [ "$n" -le "${FAKE_NO_REPORT:-0}" ]; then
+	echo " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]"
+	printf "Correlation coefficient r^2: 0.526596 < 0.9\nCan't produce a report\n" >&2
+	exit 1
+fi
 echo " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"
 echo " $size   3          10.00         30.00      $t  	       12.00     	1.00		20.00 		30.00"
 FAKE
@@ -392,6 +398,19 @@ FAKE
 	assert_line --partial "in run 3 of 3"
 }
 
+@test "lesson 11 measure.sh: ib_send_lat's failed clock calibration (no row, exit 1) is said and run again" {
+	export FAKE_DIR=$BATS_TEST_TMPDIR RDMA_DEVICE=rxe0 RDMA_GID_INDEX=1 RDMA_IP=192.0.2.1
+	fake_perftest "$FAKE_DIR"
+	FAKE_NO_REPORT=2 run bash -c ". '$COURSE/lessons/11-latency/measure.sh'; perftest_lat '$FAKE_DIR/ib_send_lat' 64 3"
+	assert_success
+	assert_line "12.50 20.00"
+	assert_line --partial "in run 2 of 3: its clock calibration failed: Correlation coefficient r^2: 0.526596 < 0.9"
+	rm -f "$FAKE_DIR/calls"
+	FAKE_NO_REPORT=9 run bash -c ". '$COURSE/lessons/11-latency/measure.sh'; perftest_lat '$FAKE_DIR/ib_send_lat' 64 3"
+	assert_failure 3
+	assert_line "- -"
+}
+
 @test "lesson 11 plot.sh: a size where ib_send_lat printed inf is named, left empty in latency.csv, and its key says so" {
 	command -v gnuplot >/dev/null || skip "no gnuplot"
 	export FAKE_DIR=$BATS_TEST_TMPDIR RDMA_DEVICE=rxe0 RDMA_GID_INDEX=1 RDMA_IP=192.0.2.1
@@ -399,10 +418,43 @@ FAKE
 	PATH=$FAKE_DIR:$PATH FAKE_INF_SIZE=16384 PLOT_SIZES="2 16384" PLOT_ITERS=3 \
 		run "$COURSE/lessons/11-latency/plot.sh" "$FAKE_DIR" "$FAKE_DIR/out"
 	assert_success
-	assert_line --partial "ib_send_lat 16384 bytes: no latency in 3 runs (it printed inf or nan)"
+	assert_line --partial "ib_send_lat 16384 bytes: no latency in 3 runs (it printed inf or nan, or no row when its clock calibration failed)"
 	run cat "$FAKE_DIR/out/latency.csv"
 	assert_line "2,21.00,30.00,21.00,30.00,25,40"
 	assert_line "16384,21.00,30.00,21.00,30.00,,"
 	refute_output --partial "inf"
 	[ -s "$FAKE_DIR/out/latency-size.png" ]
+}
+
+# lesson 13: ib_write_bw without a report --------------------------------------
+
+@test "lesson 13 measure.sh: ib_write_bw's failed clock calibration (no row, exit 1) is said and run again" {
+	export FAKE_DIR=$BATS_TEST_TMPDIR RDMA_DEVICE=rxe0 RDMA_GID_INDEX=1 RDMA_IP=192.0.2.1
+	cat >"$FAKE_DIR/ib_write_bw" <<'FAKE'
+#!/bin/bash
+size=0 host=''
+while [ $# -gt 0 ]; do
+	case $1 in -s) size=$2; shift 2 ;; -[dxpn]) shift 2 ;; *) host=$1; shift ;; esac
+done
+[ -n "$host" ] || { echo "Waiting for client to connect..."; exit 0; }
+n=$(($(cat "$FAKE_DIR/calls" 2>/dev/null || echo 0) + 1))
+echo "$n" >"$FAKE_DIR/calls"
+echo " TX depth        : 128"
+echo " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+if [ "$n" -le "${FAKE_NO_REPORT:-0}" ]; then
+	printf "Correlation coefficient r^2: 0.526596 < 0.9\nCan't produce a report\n" >&2
+	exit 1
+fi
+echo " $size      200              40.00              38.50                0.616000"
+FAKE
+	chmod +x "$FAKE_DIR/ib_write_bw"
+	FAKE_NO_REPORT=2 PATH=$FAKE_DIR:$PATH run bash -c ". '$COURSE/lessons/13-throughput/measure.sh'; perftest_bw 65536 200"
+	assert_success
+	assert_line "38.50 0.616000"
+	assert_line "measure.sh: ib_write_bw -s 65536: its clock calibration failed (no result) in run 2 of 3"
+	rm -f "$FAKE_DIR/calls"
+	FAKE_NO_REPORT=9 PATH=$FAKE_DIR:$PATH run bash -c ". '$COURSE/lessons/13-throughput/measure.sh'; perftest_bw 65536 200"
+	assert_failure 1
+	assert_line --partial "in run 3 of 3"
+	refute_line --partial "in run 4"
 }

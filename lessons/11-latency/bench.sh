@@ -48,7 +48,7 @@ for ((r = 1; r <= rounds; r++)); do
 		echo "  round $r: ib_send_lat t_typical $typical us (one way)"
 		best_perf=$(min "$best_perf" "$typical")
 	else
-		echo "  round $r: ib_send_lat gave no t_typical in $PERFTEST_TRIES runs (it printed inf or nan): this round has no perftest figure"
+		echo "  round $r: ib_send_lat gave no t_typical in $PERFTEST_TRIES runs (it printed inf or nan, or no row when its clock calibration failed): this round has no perftest figure"
 	fi
 	echo "  round $r: $rdma"
 	echo "  round $r: $udp"
@@ -57,7 +57,7 @@ for ((r = 1; r <= rounds; r++)); do
 done
 echo "  ib_send_lat: ${PERFTEST_INLINE:-(it printed nothing about inline data)}"
 if [ -z "$best_perf" ]; then
-	echo "bench-latency: ib_send_lat gave no t_typical in any round (inf or nan each time): no ratio to compute" >&2
+	echo "bench-latency: ib_send_lat gave no t_typical in any round (inf, nan or no row each time): no ratio to compute" >&2
 	exit 1
 fi
 awk -v t="$best_perf" -v r="$best_rdma" -v u="$best_udp" 'BEGIN {

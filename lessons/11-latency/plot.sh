@@ -53,7 +53,7 @@ for s in $sizes; do
 		isl99=$(awk -v t="$p99" 'BEGIN { print 2 * t }')
 	else
 		# An empty field: no point in the plot, and the key says so.
-		echo "ib_send_lat $s bytes: no latency in $PERFTEST_TRIES runs (it printed inf or nan): latency.csv leaves its fields empty, the plot has no point there"
+		echo "ib_send_lat $s bytes: no latency in $PERFTEST_TRIES runs (it printed inf or nan, or no row when its clock calibration failed): latency.csv leaves its fields empty, the plot has no point there"
 		isl50='' isl99=''
 		missing+=("$s")
 	fi
