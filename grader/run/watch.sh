@@ -42,9 +42,18 @@ while :; do
 	waiter=$!
 	wait "$waiter"
 	waiter=''
-	# Let an editor finish its rename dance, or rm -r its deleting: the
-	# first event of a removal comes while the directory still exists.
-	sleep 0.2
+	# Wait for a second with no event: an editor's rename dance, a git
+	# checkout of several files or rm -r's deleting is one change, not
+	# several (the first event of a removal comes while the directory
+	# still exists; 0.2 s was too short on a loaded machine). inotifywait
+	# exits 2 after a quiet second, 1 when the directory is gone.
+	for _ in $(seq 30); do
+		inotifywait -q -q -r -t 1 -e close_write,moved_to,create,delete \
+			"$src/$name" "lessons/$name" 2>/dev/null &
+		waiter=$!
+		wait "$waiter" || break
+	done
+	waiter=''
 	# Gone (deleted, or its disk unmounted): nothing is left to watch, and
 	# inotifywait would fail at once, every time.
 	[ -d "$src/$name" ] || {
