@@ -342,13 +342,14 @@ in_memory_cgroup() {
 	assert_line --index 1 --partial "-accel tcg,thread=multi -cpu max -m 300M -smp 2 "
 }
 
-# lesson 11: ib_send_lat's `inf` ------------------------------------------------
+# lessons 11 and 13: perftest without a number ----------------------------------
 
-# fake_perftest DIR - DIR/ib_send_lat: a stand-in for perftest's that prints
-# t_typical `inf` in its first $FAKE_INF client runs (and always at size
-# $FAKE_INF_SIZE), no row in its first $FAKE_NO_REPORT (its clock
-# calibration failed), then 12.50; DIR/latency: a stand-in for the lesson's
-# program (a server that is ready at once, a client with 3 samples).
+# fake_perftest DIR - DIR/ib_send_lat and DIR/ib_write_bw: stand-ins for
+# perftest's. Run with a HOST (a client), each prints no row in its first
+# $FAKE_NO_REPORT runs (exit 1: its clock calibration failed), then a row;
+# ib_send_lat's t_typical is `inf` in its first $FAKE_INF runs (and always
+# at size $FAKE_INF_SIZE), then 12.50. DIR/latency: a stand-in for lesson
+# 11's program (a server that is ready at once, a client with 3 samples).
 fake_perftest() {
 	local dir=$1
 	cat >"$dir/ib_send_lat" <<'FAKE'
@@ -360,16 +361,25 @@ done
 [ -n "$host" ] || { echo "Waiting for client to connect..."; exit 0; }
 n=$(($(cat "$FAKE_DIR/calls" 2>/dev/null || echo 0) + 1))
 echo "$n" >"$FAKE_DIR/calls"
-t=12.50
-if [ "$n" -le "${FAKE_INF:-0}" ] || [ "$size" = "${FAKE_INF_SIZE:-}" ]; then t=inf; fi
+if [ "${0##*/}" = ib_write_bw ]; then
+	echo " TX depth        : 128"
+	echo " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+else
+	echo " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"
+fi
 if [ "$n" -le "${FAKE_NO_REPORT:-0}" ]; then
-	echo " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]"
 	printf "Correlation coefficient r^2: 0.526596 < 0.9\nCan't produce a report\n" >&2
 	exit 1
 fi
-echo " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"
+if [ "${0##*/}" = ib_write_bw ]; then
+	echo " $size      200              40.00              38.50                0.616000"
+	exit 0
+fi
+t=12.50
+if [ "$n" -le "${FAKE_INF:-0}" ] || [ "$size" = "${FAKE_INF_SIZE:-}" ]; then t=inf; fi
 echo " $size   3          10.00         30.00      $t  	       12.00     	1.00		20.00 		30.00"
 FAKE
+	cp "$dir/ib_send_lat" "$dir/ib_write_bw"
 	cat >"$dir/latency" <<'FAKE'
 #!/bin/bash
 t=$1 size=0 csv='' host=''
@@ -381,34 +391,30 @@ done
 printf 'i,rtt_ns\n0,20000\n1,21000\n2,30000\n' >"$csv"
 echo "rtt ${t#--} $size bytes: min 20.00 p50 21.00 p90 30.00 p99 30.00 max 30.00 us (3 round trips)"
 FAKE
-	chmod +x "$dir/ib_send_lat" "$dir/latency"
+	chmod +x "$dir/ib_send_lat" "$dir/ib_write_bw" "$dir/latency"
 }
 
-@test "lesson 11 measure.sh: ib_send_lat's inf is said and run again, no number after 3 runs is '- -'" {
+@test "lesson 11 measure.sh: ib_send_lat's inf, or no row (its clock calibration failed), is said and run again; no number after 3 runs is '- -'" {
 	export FAKE_DIR=$BATS_TEST_TMPDIR RDMA_DEVICE=rxe0 RDMA_GID_INDEX=1 RDMA_IP=192.0.2.1
 	fake_perftest "$FAKE_DIR"
-	FAKE_INF=1 run bash -c ". '$COURSE/lessons/11-latency/measure.sh'; perftest_lat '$FAKE_DIR/ib_send_lat' 16384 3"
+	tries() {
+		rm -f "$FAKE_DIR/calls"
+		run env "$@" bash -c ". '$COURSE/lessons/11-latency/measure.sh'; perftest_lat '$FAKE_DIR/ib_send_lat' 16384 3"
+	}
+	tries FAKE_INF=1
 	assert_success
 	assert_line "12.50 20.00"
 	assert_line --partial "printed t_typical 'inf', 99% '20.00' (not a latency) in run 1 of 3"
-	rm -f "$FAKE_DIR/calls"
-	FAKE_INF=9 run bash -c ". '$COURSE/lessons/11-latency/measure.sh'; perftest_lat '$FAKE_DIR/ib_send_lat' 16384 3"
-	assert_failure 3
-	assert_line "- -"
-	assert_line --partial "in run 3 of 3"
-}
-
-@test "lesson 11 measure.sh: ib_send_lat's failed clock calibration (no row, exit 1) is said and run again" {
-	export FAKE_DIR=$BATS_TEST_TMPDIR RDMA_DEVICE=rxe0 RDMA_GID_INDEX=1 RDMA_IP=192.0.2.1
-	fake_perftest "$FAKE_DIR"
-	FAKE_NO_REPORT=2 run bash -c ". '$COURSE/lessons/11-latency/measure.sh'; perftest_lat '$FAKE_DIR/ib_send_lat' 64 3"
+	tries FAKE_NO_REPORT=2
 	assert_success
 	assert_line "12.50 20.00"
 	assert_line --partial "in run 2 of 3: its clock calibration failed: Correlation coefficient r^2: 0.526596 < 0.9"
-	rm -f "$FAKE_DIR/calls"
-	FAKE_NO_REPORT=9 run bash -c ". '$COURSE/lessons/11-latency/measure.sh'; perftest_lat '$FAKE_DIR/ib_send_lat' 64 3"
-	assert_failure 3
-	assert_line "- -"
+	for never in FAKE_INF=9 FAKE_NO_REPORT=9; do
+		tries "$never"
+		assert_failure 3
+		assert_line "- -"
+		assert_line --partial "in run 3 of 3"
+	done
 }
 
 @test "lesson 11 plot.sh: a size where ib_send_lat printed inf is named, left empty in latency.csv, and its key says so" {
@@ -426,28 +432,9 @@ FAKE
 	[ -s "$FAKE_DIR/out/latency-size.png" ]
 }
 
-# lesson 13: ib_write_bw without a report --------------------------------------
-
 @test "lesson 13 measure.sh: ib_write_bw's failed clock calibration (no row, exit 1) is said and run again" {
 	export FAKE_DIR=$BATS_TEST_TMPDIR RDMA_DEVICE=rxe0 RDMA_GID_INDEX=1 RDMA_IP=192.0.2.1
-	cat >"$FAKE_DIR/ib_write_bw" <<'FAKE'
-#!/bin/bash
-size=0 host=''
-while [ $# -gt 0 ]; do
-	case $1 in -s) size=$2; shift 2 ;; -[dxpn]) shift 2 ;; *) host=$1; shift ;; esac
-done
-[ -n "$host" ] || { echo "Waiting for client to connect..."; exit 0; }
-n=$(($(cat "$FAKE_DIR/calls" 2>/dev/null || echo 0) + 1))
-echo "$n" >"$FAKE_DIR/calls"
-echo " TX depth        : 128"
-echo " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
-if [ "$n" -le "${FAKE_NO_REPORT:-0}" ]; then
-	printf "Correlation coefficient r^2: 0.526596 < 0.9\nCan't produce a report\n" >&2
-	exit 1
-fi
-echo " $size      200              40.00              38.50                0.616000"
-FAKE
-	chmod +x "$FAKE_DIR/ib_write_bw"
+	fake_perftest "$FAKE_DIR"
 	FAKE_NO_REPORT=2 PATH=$FAKE_DIR:$PATH run bash -c ". '$COURSE/lessons/13-throughput/measure.sh'; perftest_bw 65536 200"
 	assert_success
 	assert_line "38.50 0.616000"
