@@ -32,7 +32,7 @@ speed with a limit:
 
 The checks that read a clock, and why each holds for an honest program
 from 10x faster to 10x slower than the build machine and under load
-(there is no audit table in grader/README.md yet: this is it):
+(grader/README.md's Timing table has a row for each):
 
 - test_summary, T: the interposer's first post and last completion lie
   inside the program's own two clock reads, and those inside the process's
