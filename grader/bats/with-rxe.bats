@@ -153,6 +153,8 @@ PY
 	run make --no-print-directory grade LESSON=05 SRC=solutions TEST=bad_host
 	assert_success
 	assert_output --partial "Score: 1/1"
+	# (shown if what follows fails: "grading without the warm grader" says why)
+	echo "make grade said: $output"
 	run log
 	assert_line --regexp '^[0-9:]+ session [0-9]+ started: .*--test=bad_host'
 	assert_line --regexp '^[0-9:]+ session [0-9]+ ended: exit 0'

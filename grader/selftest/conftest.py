@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.session.client import WARM_WAIT
+
 HERE = Path(__file__).resolve().parent
 COURSE = HERE.parent.parent
 
@@ -32,7 +34,7 @@ def warm_grader(tmp_path_factory):
             [sys.executable, "-m", "grader.session.server", str(sock)],
             cwd=COURSE, stdout=f, stderr=subprocess.STDOUT,
             start_new_session=True)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + WARM_WAIT
     while "grader server ready" not in log.read_text():
         assert server.poll() is None and time.monotonic() < deadline, (
             "the warm grader did not start:\n" + log.read_text())

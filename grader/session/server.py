@@ -33,9 +33,11 @@ import sys
 import time
 from pathlib import Path
 
-from grader.core.course import COURSE
-from grader.evidence.trusted import zygote
-from grader.session import forked, shards
+STARTED = time.monotonic()      # the grader's imports are the warm-up's start
+
+from grader.core.course import COURSE  # noqa: E402
+from grader.evidence.trusted import zygote  # noqa: E402
+from grader.session import forked, shards  # noqa: E402
 
 GRADER = COURSE / "grader"
 
@@ -109,7 +111,8 @@ class Server:
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        print(f"grader server ready on {self.path}", flush=True)
+        print(f"grader server ready on {self.path} (warmed up in "
+              f"{time.monotonic() - STARTED:.1f} s)", flush=True)
         try:
             os.unlink(Path(self.path).parent / "warming")
         except FileNotFoundError:
