@@ -78,7 +78,7 @@ vm_part() {
 }
 part 3 vm_part &
 if [ -d solutions ]; then
-	part 4b env RXE_VM_COLD=1 vm-setup/with-rxe $PYTEST_CMD -m device -v \
+	part 4b env RXE_VM_COLD=1 vm-setup/with-rxe $PYTEST_CMD -m device -v --durations=8 \
 		grader/selftest/test_cheats.py grader/selftest/test_mutants.py "$@" &
 else
 	echo "(no solutions/ here: no cheats or mutants to grade)" >"$logs/4b"
@@ -87,7 +87,7 @@ else
 fi
 device_part() {
 	RXE_VM_COLD=1 RXE_VM_DEVICES=2 vm-setup/with-rxe bash -c 'bats grader/bats/device.bats; b=$?
-		'"$PYTEST"' -m device -v --deselect grader/selftest/test_cheats.py --deselect grader/selftest/test_mutants.py "$@"; p=$?
+		'"$PYTEST"' -m device -v --durations=8 --deselect grader/selftest/test_cheats.py --deselect grader/selftest/test_mutants.py "$@"; p=$?
 		[ $b = 0 ] && [ $p = 0 ]' run-all "$@"
 }
 part 4a device_part "$@" &
