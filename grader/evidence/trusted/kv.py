@@ -362,7 +362,7 @@ class KvServer:
             r["clients"].append(conn.log)
             conn.qp.connect(theirs)
             oob.sync(conn.sock, b"R")
-        owners = program_qps([c.qpn for c in self.conns])
+        owners = program_qps([c.qpn for c in self.conns], self.a.device)
         for conn in self.conns:
             conn.log["remote_qp"] = owners[conn.qpn]
         self.by_qpn = {c.qp.qp.qp_num: c for c in self.conns}
@@ -545,7 +545,7 @@ class KvClient:
         theirs = oob.exchange(sock, self.res.info())
         self.r["theirs"] = {"qpn": theirs.qpn, "addr": theirs.addr,
                             "rkey": theirs.rkey, "length": theirs.length}
-        self.r["remote_qp"] = program_qp(theirs.qpn)
+        self.r["remote_qp"] = program_qp(theirs.qpn, self.a.device)
         self.res.connect(theirs)
         oob.sync(sock, b"R")
         if not theirs.addr or not theirs.length or theirs.length % BUCKET:

@@ -28,7 +28,6 @@ import os
 import secrets
 import socket
 import struct
-import subprocess
 import sys
 import time
 import types
@@ -47,7 +46,8 @@ import pyverbs.cm_enums as ce                                   # noqa: E402
 import pyverbs.enums as e                                       # noqa: E402
 
 from grader.evidence.trusted import oob, patterns                        # noqa: E402
-from grader.evidence.trusted.kernel import program_qp, program_qps       # noqa: E402
+from grader.evidence.trusted.kernel import (kernel_srq_of, program_qp,  # noqa: E402
+                                            program_qps)
 from grader.evidence.trusted.oob import PeerGone                         # noqa: E402
 from grader.evidence.trusted.verbs import (WC_STATUS, RcResources,       # noqa: E402
                                   SharedRc, WcError)
@@ -86,7 +86,7 @@ class Session:
         then the 'R' barrier. Returns the program's qp_info."""
         theirs = oob.exchange(self.sock, mine)
         self.result["theirs"] = theirs._asdict() | {"gid": theirs.gid.hex()}
-        self.result["remote_qp"] = program_qp(theirs.qpn)
+        self.result["remote_qp"] = program_qp(theirs.qpn, self.args.device)
         res.connect(theirs)
         oob.sync(self.sock, b"R")
         return theirs
@@ -312,7 +312,7 @@ class Session:
                 res.connect(theirs)
                 oob.sync(sock, b"R")
             # who owns the QPs, asked once while all of them are alive
-            owners = program_qps([c["qpn"] for c in r["clients"]])
+            owners = program_qps([c["qpn"] for c in r["clients"]], a.device)
             for c in r["clients"]:
                 c["remote_qp"] = owners[c["qpn"]]
             for sock in socks:
@@ -464,7 +464,7 @@ class Session:
                     f"0x{want[bad]:02x}; {size - reply.count(0)} of its "
                     f"{size} bytes are not zero)")
             r["replies"] = i + 1
-        r["srq"] = kernel_srq_of(theirs.qpn)
+        r["srq"] = kernel_srq_of(theirs.qpn, self.args.device)
         self.finish()
 
 # ---- lesson 08: rdma_cm --------------------------------------------------------
@@ -558,7 +558,8 @@ class CmSession(Session):
         attr, _ = self.cmid.query_qp(e.IBV_QP_DEST_QPN | e.IBV_QP_STATE)
         self.remote_qpn = attr.dest_qp_num
         self.result["theirs"] = {"qpn": attr.dest_qp_num}
-        self.result["remote_qp"] = program_qp(attr.dest_qp_num)
+        self.result["remote_qp"] = program_qp(attr.dest_qp_num,
+                                              self.args.device)
 
     def lesson08_server(self):
         """Receive the client's BUF, advertise a zeroed buffer of that
@@ -601,7 +602,7 @@ class CmSession(Session):
         # answer its DREQ as lesson 08's server does.
         deadline = time.monotonic() + a.timeout
         while time.monotonic() < deadline:
-            q = program_qp(self.remote_qpn)
+            q = program_qp(self.remote_qpn, a.device)
             if not q or q.get("state") != "RTS":
                 break
             time.sleep(0.05)
@@ -653,38 +654,6 @@ class CmSession(Session):
         _, status, addr, _, _ = self.recv_msg(CM_VERDICT)
         r["server_verdict"] = {"status": status, "offset": addr}
         cmid.disconnect()
-
-
-def _qpn_ranges(items):
-    """`rdma -j resource show srq`'s lqpn: ["19-20", "23"] -> [19, 20, 23]."""
-    out = []
-    for item in items if isinstance(items, list) else [items]:
-        for part in str(item).split(","):
-            lo, _, hi = part.partition("-")
-            if lo.strip().isdigit():
-                out += range(int(lo), int(hi or lo) + 1)
-    return out
-
-
-def kernel_srq_of(qpn):
-    """What `rdma -j resource show srq` says about the SRQ that QP `qpn`
-    takes its receives from: {srqn, pid, lqpn: [...]}, None (no SRQ has
-    it), or {"error": why}. Asked of this host: on host B of a pair the
-    program's QPs are on host A, so nothing is asked there."""
-    if os.environ.get("RXE_JOB_DIR"):
-        return {"error": "not asked on host B of a pair"}
-    try:
-        out = subprocess.run(["rdma", "-j", "resource", "show", "srq"],
-                             capture_output=True, text=True,
-                             timeout=10).stdout
-        for srq in json.loads(out or "[]"):
-            qpns = _qpn_ranges(srq.get("lqpn", []))
-            if qpn in qpns:
-                return {"srqn": srq.get("srqn"), "pid": srq.get("pid"),
-                        "lqpn": qpns}
-    except (OSError, ValueError, subprocess.TimeoutExpired) as err:
-        return {"error": str(err)}
-    return None
 
 
 def main(argv=None):
