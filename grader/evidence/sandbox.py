@@ -25,6 +25,7 @@ started with harness.run()/start() directly and are not sandboxed.
 """
 
 import ctypes
+import fcntl
 import os
 import re
 import shutil
@@ -78,13 +79,21 @@ class Containment:
         return base
 
     def _namespace(self, read_only, hide):
-        # The namespace file must sit on a private mount of its own.
+        # The namespace file must sit on a private mount of its own, made
+        # once: the shards of a grading start side by side, and a second
+        # bind mount stacked on the first hides the namespace files made on
+        # it (a shard's setns() then found an empty file: 'setns
+        # /run/rdma-course-grade/mnt.175: Invalid argument', a whole lesson
+        # lost, in make bench-stability under load). The lock makes the
+        # look and the mount one step.
         STATE.mkdir(mode=0o700, exist_ok=True)
-        if str(STATE) not in {p for p, _ in procs.mounts()}:
-            subprocess.run(["mount", "--bind", STATE, STATE], check=True,
+        with open(STATE.parent / f"{STATE.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if str(STATE) not in {p for p, _ in procs.mounts()}:
+                subprocess.run(["mount", "--bind", STATE, STATE], check=True,
+                               capture_output=True)
+            subprocess.run(["mount", "--make-private", STATE], check=True,
                            capture_output=True)
-        subprocess.run(["mount", "--make-private", STATE], check=True,
-                       capture_output=True)
         nsfile = STATE / f"mnt.{os.getpid()}"
         nsfile.touch()
         ro = {str(self.course)} | {str(p) for p in read_only}
