@@ -87,7 +87,10 @@ class Containment:
         # lost, in make bench-stability under load). The lock makes the
         # look and the mount one step.
         STATE.mkdir(mode=0o700, exist_ok=True)
-        with open(STATE.parent / f"{STATE.name}.lock", "w") as lock:
+        # (root's alone: a program could not hold it even for its session)
+        fd = os.open(STATE.parent / f"{STATE.name}.lock",
+                     os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        with open(fd, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if str(STATE) not in {p for p, _ in procs.mounts()}:
                 subprocess.run(["mount", "--bind", STATE, STATE], check=True,
