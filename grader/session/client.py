@@ -43,9 +43,10 @@ def main(argv):
     args = argv[1:]
     # A warm grader still importing: waiting for it costs no more than
     # importing the same here (and beside it, on a loaded machine, more).
-    # About 10 s quiet under TCG; over 120 s in a fresh-clone make test,
-    # whose other parts held both cores: WARM_WAIT s, as the self-check's
-    # own warm grader gets (grader/selftest/conftest.py).
+    # 4.2 s quiet under TCG (2 vCPUs; the server's ready line says); in a
+    # fresh-clone make test, whose other parts held both cores, 120 s
+    # seemingly ran out (a session went cold in silence): WARM_WAIT s, as
+    # the self-check's own warm grader gets (grader/selftest/conftest.py).
     warming = os.path.join(os.path.dirname(SOCKET), "warming")
     deadline = time.monotonic() + WARM_WAIT
     while os.path.exists(warming) and not os.path.exists(SOCKET) \
