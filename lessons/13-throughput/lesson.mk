@@ -1,4 +1,4 @@
-# Lesson 13 links lesson 05's RC connection, rc.c (rc.h): the connection
-# is done; the exercise is keeping the send queue full.
+# Lesson 13 links your lesson 05, rc.c ($(RC), rc.h): the connection is
+# done; the exercise is keeping the send queue full.
 PROGRAMS = bw
-bw_SRCS = $(S)/$(L)/bw.c $(or $(RC),lessons/common/rc.c)
+bw_SRCS = $(S)/$(L)/bw.c $(RC)

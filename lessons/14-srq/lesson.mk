@@ -1,5 +1,5 @@
-# Lesson 14 links lesson 05's RC connection, rc.c (rc.h): the server
+# Lesson 14 links your lesson 05, rc.c ($(RC), rc.h): the server
 # creates each client's QP itself (on its SRQ) and lets rc_connect_fd()
 # connect it; the client is an rc_open()/rc_connect() client.
 PROGRAMS = srq
-srq_SRCS = $(S)/$(L)/srq.c $(or $(RC),lessons/common/rc.c)
+srq_SRCS = $(S)/$(L)/srq.c $(RC)
