@@ -75,6 +75,9 @@ elif [ -n "$(ls -d "$cache"/vm-* 2>/dev/null)" ]; then
 	echo "microvm: building a new cache entry: vm-setup/microvm/init, build.sh or the $arch kernel pin differ from every cached one" >&2
 fi
 
+# depmod and modprobe live in /usr/sbin, which an ordinary Debian or Ubuntu
+# user's PATH does not hold: a student's first make grade stopped here.
+PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
 for tool in dpkg-deb depmod modprobe cpio python3; do
 	command -v "$tool" >/dev/null ||
 		die "'$tool' is missing (run: vm-setup/install-deps.sh)"
