@@ -6,7 +6,9 @@ python3 -m grader symptoms [--write] NN - a lesson's Common failures table,
 rendered from its lesson.toml (grader/session/symptoms.py);
 python3 -m grader student-repo OUT - make student-repo (grader/classroom/studentrepo.py);
 python3 -m grader grade-class ... - make grade-class (grader/classroom/classrun.py);
-python3 -m grader gradescope - make gradescope (grader/classroom/gradescope.py)."""
+python3 -m grader gradescope - make gradescope (grader/classroom/gradescope.py);
+python3 -m grader sandbox-check [WHERE] - make doctor's run of one program
+through the sandbox (grader/evidence/sandbox.py)."""
 
 import sys
 
@@ -28,7 +30,8 @@ USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
          "       python3 -m grader gradescope [--lesson L]   (make gradescope)\n"
          "       python3 -m grader gradescope-run   (its run_autograder)\n"
          "       python3 -m grader class-run SPEC   (what grade-class runs "
-         "in the VM)")
+         "in the VM)\n"
+         "       python3 -m grader sandbox-check [WHERE]   (make doctor)")
 
 if __name__ == "__main__":
     verb = sys.argv[1] if len(sys.argv) > 1 else ""
@@ -52,6 +55,12 @@ if __name__ == "__main__":
         sys.exit(ci.main(sys.argv[2:]))
     if verb == "hint":
         sys.exit(hint.main(sys.argv[2:]))
+    if verb == "sandbox-check":
+        from grader.core.course import COURSE
+        from grader.evidence import build_programs, sandbox
+        build_programs(COURSE)
+        sys.exit(sandbox.check(COURSE, sys.argv[2] if len(sys.argv) > 2
+                               else "here"))
     if verb == "symptoms":
         sys.exit(symptoms.main(sys.argv[2:]))
     print(USAGE, file=sys.stderr)

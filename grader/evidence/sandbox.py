@@ -6,9 +6,15 @@ root), every program a test starts through the `build` fixture:
   - runs as an unprivileged user (STUDENT_UID), no supplementary groups, no
     new privileges (setuid programs stay unprivileged), with the memlock
     limit RDMA needs (inherited from the grader, which raised it);
-  - sees the course tree and every shared (9p) directory read-only, and
-    solutions/ and .git hidden: a mount namespace made once per grading
-    session (unshare), entered per program (nsenter);
+  - sees none of the course tree (an empty read-only directory in its
+    place: no grader, no solutions/, no .git, no other tree) and every other
+    shared (9p) directory read-only: a mount namespace made once per grading
+    session (unshare), entered per program (sandbox-exec);
+  - runs the grader's copies of the course's files it is given (its
+    programs, the interposer): a directory of the grader's that any user
+    may enter (the stage). The checkout itself may lie where that user
+    cannot go: a home directory made 0700 (Debian's adduser) or 0750
+    (Ubuntu, GitHub's runners), /root in a container, a mktemp -d;
   - lives in the test's cgroup: when the test ends, everything in it is
     killed (cgroup.kill), double-forked and setsid() daemons included;
   - has a per-test scratch directory as its working directory and HOME, the
@@ -50,7 +56,7 @@ class Containment:
     gets its own, and the launcher. Raises RuntimeError (or OSError) when
     it cannot be made."""
 
-    def __init__(self, course, read_only=(), hide=("solutions", ".git")):
+    def __init__(self, course, read_only=()):
         self.course = Path(course)
         for tool in ("unshare", "mount"):
             if not shutil.which(tool):
@@ -59,7 +65,7 @@ class Containment:
         self.launcher = grader_program(self.course, "evidence/sandbox-exec.c")
         self.base = self._cgroup()
         try:
-            self.nsfile = self._namespace([Path(p) for p in read_only], hide)
+            self.nsfile = self._namespace([Path(p) for p in read_only])
         except BaseException:
             procs.kill_cgroup(self.base)
             raise
@@ -78,7 +84,7 @@ class Containment:
             raise RuntimeError("cgroup v2 without cgroup.kill (kernel < 5.14)")
         return base
 
-    def _namespace(self, read_only, hide):
+    def _namespace(self, read_only):
         # The namespace file must sit on a private mount of its own, made
         # once: the shards of a grading start side by side, and a second
         # bind mount stacked on the first hides the namespace files made on
@@ -99,25 +105,31 @@ class Containment:
                            capture_output=True)
         nsfile = STATE / f"mnt.{os.getpid()}"
         nsfile.touch()
-        ro = {str(self.course)} | {str(p) for p in read_only}
+        # Everything shared with the guest (9p) and what the caller names
+        # is read-only; the course tree is not there at all (an empty
+        # read-only tmpfs over it, so also over whatever is shared or named
+        # inside it): the programs run from the stage (Sandbox.wrap).
+        course = os.path.realpath(self.course)
+        ro = {str(p) for p in read_only}
         ro |= {p for p, t in procs.mounts() if t == "9p"}
-        lines = ["set -e"]
+        ro = {p for p in ro if not _inside(p, course)}
+        cmds = []
         for p in sorted(ro):
-            lines.append(f"mount --bind '{p}' '{p}'")
-            lines.append(f"mount -o remount,bind,ro '{p}'")
-        for name in hide:
-            p = self.course / name
-            if p.is_dir():
-                lines.append(f"mount -t tmpfs -o ro,size=4k,mode=0555 "
-                             f"hidden '{p}'")
-            elif p.exists():
-                lines.append(f"mount --bind /dev/null '{p}'")
-        for p in ro | {str(self.course / n) for n in hide}:
-            if "'" in p:
-                raise RuntimeError(f"cannot sandbox a path with a quote: {p}")
+            cmds.append(["mount", "--bind", p, p])
+            cmds.append(["mount", "-o", "remount,bind,ro", p])
+        cmds.append(["mount", "-t", "tmpfs", "-o", "ro,size=4k,mode=0555",
+                     "hidden", course])
+        # Each argument travels as one word of the script's own argv:
+        # a path with spaces or quotes needs no quoting here.
+        script = 'set -e\nwhile [ $# -gt 0 ]; do n=$1; shift\n' \
+                 'a=(); for _ in $(seq "$n"); do a+=("$1"); shift; done\n' \
+                 '"${a[@]}"\ndone'
+        argv = []
+        for c in cmds:
+            argv += [str(len(c)), *c]
         res = subprocess.run(
             ["unshare", f"--mount={nsfile}", "--propagation", "private",
-             "--", "sh", "-c", "\n".join(lines)],
+             "--", "bash", "-c", script, "namespace", *argv],
             capture_output=True, text=True)
         if res.returncode != 0:
             raise RuntimeError("setting up the read-only view failed: "
@@ -153,7 +165,7 @@ class Sandbox:
     session's Containment; uncontained, the leftovers of each test are
     found below the grader (a child subreaper) and killed."""
 
-    def __init__(self, course, read_only=(), hide=("solutions", ".git")):
+    def __init__(self, course, read_only=()):
         self.course = Path(course)
         self.contained = False
         self.containment = None
@@ -164,7 +176,7 @@ class Sandbox:
         self.trusted = set()        # pids of live unsandboxed Procs
         if os.geteuid() == 0:
             try:
-                self.containment = Containment(course, read_only, hide)
+                self.containment = Containment(course, read_only)
                 self.contained = True
             except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
                 self.why_not = f"cannot contain programs: {e}"
@@ -174,9 +186,17 @@ class Sandbox:
         if not self.contained:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        self.scratch_root = Path(os.environ.get("TMPDIR", "/tmp")) / \
-            f"rdma-grade-scratch.{os.getpid()}"
+        # Contained, the scratch directories and the stage must be where the
+        # sandbox's user can go: TMPDIR only if every directory above it
+        # lets others through (a TMPDIR in a 0700 home does not).
+        tmp = os.environ.get("TMPDIR") or "/tmp"
+        if self.contained and not _enterable(tmp):
+            tmp = "/tmp"
+        self.scratch_root = Path(tmp) / f"rdma-grade-scratch.{os.getpid()}"
         self.scratch_root.mkdir(mode=0o711, exist_ok=True)
+        os.chmod(self.scratch_root, 0o711)      # whatever the umask
+        self.stage = self.scratch_root / "stage"
+        self.staged = {}            # source path -> (mtime_ns, size)
 
     def close(self):
         self.end_test()
@@ -251,11 +271,101 @@ class Sandbox:
     # ---- per program --------------------------------------------------------------
 
     def wrap(self, cmd, env):
-        """(argv, cwd, env) that run `cmd` inside the sandbox."""
+        """(argv, cwd, env) that run `cmd` inside the sandbox. Contained,
+        every argument and LD_PRELOAD entry that is a file of the course
+        tree (a lesson's program, the interposer) becomes the stage's copy
+        of it: the sandbox's user cannot see the tree."""
         cwd = self.scratch or self.scratch_root
         env = dict(env if env is not None else os.environ)
         env["HOME"] = str(cwd)
         env.pop("TMPDIR", None)
         if not self.contained:
             return list(cmd), str(cwd), env
+        cmd = [self._staged(str(c)) for c in cmd]
+        if env.get("LD_PRELOAD"):
+            env["LD_PRELOAD"] = " ".join(
+                self._staged(x) for x in env["LD_PRELOAD"].split())
         return self.containment.argv(self.cgroup, cwd, cmd), "/", env
+
+    def _staged(self, arg):
+        """The stage's copy of `arg` when it names a file of the course
+        tree (copied when new or changed; executables 0755, other files
+        0644, directories 0755, all root's); else `arg` itself."""
+        course = os.path.realpath(self.course)
+        if not arg.startswith("/") or not (_inside(arg, course) or
+                                           _inside(arg, str(self.course))):
+            return arg
+        real = os.path.realpath(arg)
+        if not _inside(real, course) or not os.path.isfile(real):
+            return arg
+        rel = os.path.relpath(real, course)
+        dest = self.stage / rel
+        st = os.stat(real)
+        if self.staged.get(real) != (st.st_mtime_ns, st.st_size) or \
+                not dest.exists():
+            for d in reversed(dest.relative_to(self.scratch_root).parents):
+                if str(d) != ".":
+                    (self.scratch_root / d).mkdir(mode=0o755, exist_ok=True)
+                    os.chmod(self.scratch_root / d, 0o755)
+            tmp = dest.with_name(dest.name + ".new")
+            shutil.copyfile(real, tmp)
+            os.chmod(tmp, 0o755 if st.st_mode & 0o111 else 0o644)
+            os.replace(tmp, dest)
+            self.staged[real] = (st.st_mtime_ns, st.st_size)
+        return str(dest)
+
+
+def _inside(path, top):
+    """Is `path` `top` or below it (as strings, no file system)?"""
+    path, top = os.path.normpath(path), os.path.normpath(top)
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _enterable(path):
+    """May any user go through every directory from / down to `path`?"""
+    p = Path(os.path.realpath(path))
+    for d in [p, *p.parents]:
+        try:
+            if not os.stat(d).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def check(course, where):
+    """make doctor's proof that grading can run a program here: a copy of
+    /bin/sh in this checkout's build directory, run through the sandbox as
+    a lesson's program is. Prints one PASS or FAIL line (with the fix);
+    returns 0 when it ran as it must."""
+    course = Path(course)
+    probe = course / "build" / "doctor" / "probe-sh"
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(os.path.realpath("/bin/sh"), probe)
+    os.chmod(probe, 0o755)
+    sb = Sandbox(course)
+    try:
+        sb.begin_test("doctor")
+        argv, cwd, env = sb.wrap(
+            [str(probe), "-c", 'id -u; [ -e "$1/grader" ] && echo sees-course'
+             '; exit 0', "probe", str(course)], None)
+        res = subprocess.run(argv, cwd=cwd, env=env, capture_output=True,
+                             text=True, timeout=60)
+    finally:
+        sb.close()
+    out = res.stdout.split()
+    how = f"{where}, {'contained' if sb.contained else 'uncontained'}"
+    want_uid = str(STUDENT_UID if sb.contained else os.geteuid())
+    if res.returncode == 0 and out[:1] == [want_uid] and \
+            (not sb.contained or "sees-course" not in out):
+        what = ("as the sandbox's user, with the course tree hidden"
+                if sb.contained else f"as you ({sb.why_not})")
+        print(f"PASS  sandbox ({how}): a program of {probe.parent} ran {what}")
+        return 0
+    why = (res.stderr.strip() or res.stdout.strip() or
+           f"exit {res.returncode}").splitlines()[-1]
+    print(f"FAIL  sandbox ({how}): a program of {probe.parent} did not run "
+          f"as graded programs must: {why}\n"
+          f"      fix: report it with this line (python3 -m grader "
+          f"sandbox-check shows it again)")
+    return 1
