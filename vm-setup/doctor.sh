@@ -9,6 +9,10 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/rxe.sh"
 . "$here/microvm/pin.sh"
+course=$(cd "$here/.." && pwd)
+# modinfo and friends live in /usr/sbin, which an ordinary user's PATH
+# does not hold on Debian and Ubuntu.
+PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
 
 boot_vm=1
 case "${1:-}" in
@@ -103,6 +107,11 @@ if [ -n "$qemu" ]; then
 	kvm=$(sed -n 's/^kvm: //p' <<<"$accel")
 	if [ "$kvm" = ok ]; then
 		pass "KVM: a probe guest booted with KVM; the micro-VM uses it"
+	elif [ -n "$kvm" ] && [ -e "${RXE_VM_KVM_DEV:-/dev/kvm}" ] && [ "$(id -u)" != 0 ] && ! [ -w "${RXE_VM_KVM_DEV:-/dev/kvm}" ]; then
+		# Ubuntu's and Debian's /dev/kvm is group kvm, 0660: a new user is
+		# not in that group.
+		warn "KVM: not used, the micro-VM runs under TCG emulation (works; grading takes several times longer): ${kvm#fail: }" \
+			"sudo usermod -aG $(stat -c %G "${RXE_VM_KVM_DEV:-/dev/kvm}") $(id -un), then log out and in again"
 	elif [ -n "$kvm" ]; then
 		warn "KVM: not used, the micro-VM runs under TCG emulation (works; grading takes several times longer): ${kvm#fail: }" \
 			"none needed; for speed, give this machine working KVM (RXE_VM_ACCEL=kvm forces it)"
@@ -110,12 +119,33 @@ if [ -n "$qemu" ]; then
 		warn "KVM: the probe did not run: $(tail -n 1 <<<"$accel")" "see vm-setup/microvm/run.sh --accel"
 	fi
 fi
+# 6. the sandbox: one program of this checkout's build directory run as a
+# lesson's program is, wherever grading runs it (grader/evidence/sandbox.py).
+# Lessons without a device are graded on this host; as root that is the
+# sandbox's unprivileged user, who may not enter the directory the checkout
+# is in (a 0700 home, /root).
+sandbox_line() {
+	local line
+	line=$(grep -E '^(PASS|FAIL)  sandbox' <<<"$1" | tail -n 1)
+	if [ -z "$line" ]; then
+		fail "sandbox ($2): the check printed no verdict:
+$(sed 's/^/      | /' <<<"$1" | tail -n 15)" "read the lines above"
+		return
+	fi
+	case "$line" in FAIL*) fails=$((fails + 1)) ;; esac
+	# The verdict, and under a FAIL its fix line.
+	sed -n '/^\(PASS\|FAIL\)  sandbox/,$p' <<<"$1" | head -n 2
+}
+host_out=$(cd "$course" && /usr/bin/python3 -m grader sandbox-check "this host" 2>&1)
+sandbox_line "$host_out" "this host"
 vm_ok=0
 if [ $boot_vm = 1 ] && [ -n "$qemu" ]; then
 	t0=$(date +%s%N)
-	if out=$("$here/microvm/run.sh" bash -c 'ibv_devinfo -d "$RDMA_DEVICE" | grep -q PORT_ACTIVE && echo "$RDMA_DEVICE ACTIVE, GID index $RDMA_GID_INDEX"' 2>&1); then
+	if out=$(cd "$course" && "$here/microvm/run.sh" bash -c 'ibv_devinfo -d "$RDMA_DEVICE" | grep -q PORT_ACTIVE && echo "$RDMA_DEVICE ACTIVE, GID index $RDMA_GID_INDEX" && /usr/bin/python3 -m grader sandbox-check "the micro-VM"' 2>&1) ||
+		grep -q '^FAIL  sandbox' <<<"$out"; then
 		vm_ok=1
-		pass "micro-VM: $(tail -n 1 <<<"$out") ($((($(date +%s%N) - t0) / 1000000)) ms)"
+		pass "micro-VM: $(grep -m1 ' ACTIVE, GID index ' <<<"$out") ($((($(date +%s%N) - t0) / 1000000)) ms)"
+		sandbox_line "$out" "the micro-VM"
 	else
 		fail "micro-VM: it did not bring up rxe:
 $(sed 's/^/      | /' <<<"$out" | tail -n 15)" "read the lines above; 'make vm-shell' opens a shell in the VM"
