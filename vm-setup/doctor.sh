@@ -30,6 +30,14 @@ fail() {
 	fails=$((fails + 1))
 }
 
+# 0. where the checkout is: make and the micro-VM's shares cannot work with
+# white space or quotes in its path (grader/run/grade.py refuses it too).
+case "$course" in
+*[[:space:]\'\"]*) fail "checkout: '$course' has white space or a quote in its path; make and the micro-VM cannot work there" \
+	"move or clone the course to a path without (e.g. ~/rdma-course)" ;;
+*) pass "checkout: $course" ;;
+esac
+
 # 1. packages
 if missing=$("$here/install-deps.sh" --check 2>&1); then
 	pass "packages: all installed"

@@ -107,6 +107,19 @@ def pytest_args(src, results, lesson="", junit=None, transcripts=None):
     return args
 
 
+def path_problem(course=COURSE):
+    """Why grading cannot run from a checkout at `course`, or None. make
+    splits words on white space (the lessons' build rules, the compiler's
+    dependency lists), and the micro-VM's shares are named by path: a path
+    with white space or a quote is refused here, with the way out, instead
+    of failing later as a compile error of the student's."""
+    if any(c.isspace() or c in "'\"" for c in str(course)):
+        return (f"the course is in {str(course)!r}, a path with white space "
+                f"or a quote, where make and the micro-VM cannot work: move "
+                f"or clone it to a path without (e.g. ~/rdma-course)")
+    return None
+
+
 def main(argv):
     ap = argparse.ArgumentParser(prog="python3 -m grader grade",
                                  description="grade a tree shaped like "
@@ -124,6 +137,9 @@ def main(argv):
                          "pair of micro-VMs, the reference peers on host B")
     args = ap.parse_args(argv)
 
+    if path_problem():
+        print(f"grader: {path_problem()}", file=sys.stderr)
+        return 2
     src = Path(args.src).resolve()
     if not src.is_dir():
         print(f"SRC={args.src}: no such directory (expected a tree shaped "
@@ -207,6 +223,9 @@ def build_main(argv):
     if not argv:
         print("usage: python3 -m grader build SRC [NN-topic ...]",
               file=sys.stderr)
+        return 2
+    if path_problem():
+        print(f"grader: {path_problem()}", file=sys.stderr)
         return 2
     src = Path(argv[0]).resolve()
     if not src.is_dir():
