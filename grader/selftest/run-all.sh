@@ -11,7 +11,8 @@
 #   3. bats: with-rxe through the micro-VM (exit codes, output, timeout, the
 #      warm VM and the warm grader, make grade from outside, a linked pair
 #      of VMs), then the native backend for real in a VM booted without a
-#      device
+#      device, then grading as an ordinary user with a 0700 home and as
+#      root in a 0700 directory (anyuser.bats)
 #   4a. in one vm-setup/with-rxe run: the device smoke test (bats) and
 #      pytest -m device: the self-check grades solutions (full marks) and
 #      skeletons (not full marks), and the hostile submissions (no more than
@@ -74,7 +75,9 @@ vm_part() {
 	local w=$?
 	RXE_VM_NO_RXE=1 vm-setup/with-rxe bats grader/bats/native.bats
 	local n=$?
-	[ $w = 0 ] && [ $n = 0 ]
+	bats grader/bats/anyuser.bats
+	local a=$?
+	[ $w = 0 ] && [ $n = 0 ] && [ $a = 0 ]
 }
 part 3 vm_part &
 if [ -d solutions ]; then
