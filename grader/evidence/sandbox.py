@@ -189,9 +189,11 @@ class Sandbox:
         # Contained, the scratch directories and the stage must be where the
         # sandbox's user can go: TMPDIR only if every directory above it
         # lets others through (a TMPDIR in a 0700 home does not).
+        # The stage must also allow exec (a hardened /tmp is noexec).
         tmp = os.environ.get("TMPDIR") or "/tmp"
-        if self.contained and not _enterable(tmp):
-            tmp = "/tmp"
+        if self.contained:
+            tmp = next((d for d in (tmp, "/tmp", "/var/tmp", "/run")
+                        if _enterable(d) and _exec_ok(d)), "/tmp")
         self.scratch_root = Path(tmp) / f"rdma-grade-scratch.{os.getpid()}"
         self.scratch_root.mkdir(mode=0o711, exist_ok=True)
         os.chmod(self.scratch_root, 0o711)      # whatever the umask
@@ -319,6 +321,14 @@ def _inside(path, top):
     """Is `path` `top` or below it (as strings, no file system)?"""
     path, top = os.path.normpath(path), os.path.normpath(top)
     return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _exec_ok(path):
+    """Is `path` on a file system that allows exec (not mounted noexec)?"""
+    try:
+        return not os.statvfs(path).f_flag & os.ST_NOEXEC
+    except OSError:
+        return False
 
 
 def _enterable(path):
