@@ -39,7 +39,8 @@ def test_evidence_has_the_interposers_record_of_the_tests_runs(tmp_path):
     t = harness.new_transcript()
     spy = Spy(tmp_path / "verbs_spy.so")
     assert t.spies == [spy]                 # a Spy made in a test is its
-    spy.log.write_text("req_notify_cq solicited=1 rc=0\n")
+    from grader.evidence.interpose import seal
+    spy.log.write_bytes(seal(b"req_notify_cq solicited=1 rc=0\n", spy.key))
     ev = symptoms.evidence(t, "msg")
     assert ev["calls"] == "req_notify_cq solicited=1 rc=0\n"
     sym = _load([{"id": "s", "row": "r", "cause": "c",

@@ -8,6 +8,7 @@ The plugin (plugin.py) makes one Lesson and one Build per lesson graded.
 import os
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -173,8 +174,17 @@ class Build:
                     f"(to {HUNG_AGAIN} s once another hung)")
         return None
 
+    @staticmethod
+    def _spied(prog, env):
+        """The interposer acts in `prog` only, not in a wrapper that execs
+        it (verbs_spy.c: VERBS_SPY_TARGET)."""
+        if env and "VERBS_SPY_FD" in env:
+            env = {**env, "VERBS_SPY_TARGET": Path(prog).name}
+        return env
+
     def run(self, prog, *args, timeout=None, input=None, env=None, wrap=()):
         """Run the student's `prog` in the sandbox, to completion."""
+        env = self._spied(prog, env)
         res = harness.run([*wrap, self.path(prog), *args],
                           timeout=self._timeout(timeout), input=input,
                           env=env, sandbox=self.sandbox,
@@ -185,6 +195,7 @@ class Build:
     def start(self, prog, *args, ready=r"listening on port (\d+)",
               timeout=None, env=None, wrap=(), input=None):
         """Start the student's `prog` in the sandbox (see harness.start)."""
+        env = self._spied(prog, env)
         return harness.start([*wrap, self.path(prog), *args], ready=ready,
                              timeout=self._timeout(timeout), env=env,
                              input=input, sandbox=self.sandbox,
