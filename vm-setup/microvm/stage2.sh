@@ -3,6 +3,9 @@
 # netdev init made (rdma0: a dummy, or a pair's NIC), run the command from /run/rxe-vm/spec.sh with its stdout on
 # ttyS1 and stderr on ttyS2 (the host streams both; arm64: hvc0 and hvc1,
 # as rxe_vm.ports= says), write its exit code to /run/rxe-vm/rc, power off.
+# Its own PATH and HOME (init's PATH is /bin, and the guest runs as root);
+# the command's environment is made apart (command_env, below).
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 RUN=/run/rxe-vm
 BB=/run/rxe-vm-bin/busybox
 . "$RUN/spec.sh"
@@ -106,8 +109,19 @@ if [ -n "${PEER_IP:-}" ]; then
 	mark "peer $PEER_IP answers"
 fi
 
-# The host's environment, then what the course promises every command.
-. "$RUN/env.sh"
+# The command's environment, made in the shell that runs it and never in
+# this one, whose OUT, ERR, RUN, CMD, ... nothing of the host's may change:
+# the host's variables that vm-setup/lib/rxe.sh's rxe_vm_env lets through
+# (env.sh), sbin on PATH (the command runs as root and the grader calls ip,
+# rdma and mount; a Debian user's PATH has no sbin), then what the course
+# promises every command (rdma_env). Shell code for bash -c or eval with
+# env.sh in $1 and rdma_env in $2: positional parameters, which env.sh
+# cannot set.
+# shellcheck disable=SC2016 # expanded where it runs
+command_env='. "$1"
+case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH=$PATH:/usr/sbin ;; esac
+case ":$PATH:" in *:/sbin:*) ;; *) PATH=$PATH:/sbin ;; esac
+eval "$2"'
 if [ "${NO_RXE:-0}" = 1 ]; then
 	rdma_env='unset RDMA_BACKEND RDMA_DEVICE RDMA_GID_INDEX RDMA_IP RDMA_NETDEV'
 else
@@ -134,11 +148,14 @@ JOBS=$RUN/jobs
 serve_job() {
 	local j=$1 pid rc watcher
 	: >"$j/started"
+	# The job's spec.sh comes after its env.sh: CWD and CMD are its own.
 	# A pair's host B tells the command its job directory (RXE_JOB_DIR):
 	# the reference peer asks host A's kernel questions through it.
-	setsid bash -c '. "$1/env.sh"; . "$1/spec.sh"; eval "$2"
-		[ "$3" = 1 ] && export RXE_JOB_DIR=$1
-		cd "$CWD" && exec "${CMD[@]}"' job "$j" "$rdma_env" "${PAIR_SERVE:-0}" </dev/null >"$j/stdout" 2>"$j/stderr" &
+	# shellcheck disable=SC2016 # the job's bash expands them
+	setsid bash -c "$command_env"'
+		. "$3/spec.sh"
+		[ "$4" = 1 ] && export RXE_JOB_DIR=$3
+		cd "$CWD" && exec "${CMD[@]}"' job "$j/env.sh" "$rdma_env" "$j" "${PAIR_SERVE:-0}" </dev/null >"$j/stdout" 2>"$j/stderr" &
 	pid=$!
 	# A watcher keeps the heartbeat and obeys "kill"; the command's end is
 	# seen at once by wait.
@@ -181,6 +198,8 @@ if [ "${SERVE:-0}" = 1 ]; then
 		: >/run/rdma-course-grader/warming
 		(
 			cd "$COURSE_DIR" || exit 1
+			set -- "$RUN/env.sh" "$rdma_env"
+			eval "$command_env"
 			setsid /usr/bin/python3 -m grader.session.server /run/rdma-course-grader/sock
 			rm -f /run/rdma-course-grader/warming
 		) </dev/null >/run/rdma-course-grader/log 2>&1 &
@@ -221,10 +240,20 @@ if [ "$INTERACTIVE" = 1 ]; then
 		echo "rxe-vm: host A ($RDMA_IP) of two; host B is $RDMA_PEER_IP. 'b CMD' runs CMD on B, for example:"
 		echo "rxe-vm:   b 'ibv_rc_pingpong -g \$RDMA_GID_INDEX' &  sleep 2; ibv_rc_pingpong -g \$RDMA_GID_INDEX \$RDMA_PEER_IP"
 	fi
-	setsid -c bash "${rc_opt[@]}" -i <>"$TTY" >&0 2>&0
+	(
+		set -- "$RUN/env.sh" "$rdma_env" setsid -c bash "${rc_opt[@]}" -i
+		eval "$command_env"
+		shift 2
+		exec "$@"
+	) <>"$TTY" >&0 2>&0
 	rc=$?
 else
-	"${CMD[@]}" </dev/null >"$OUT" 2>"$ERR"
+	(
+		set -- "$RUN/env.sh" "$rdma_env" "${CMD[@]}"
+		eval "$command_env"
+		shift 2
+		exec "$@"
+	) </dev/null >"$OUT" 2>"$ERR"
 	rc=$?
 fi
 # stty's tcsetattr(TCSADRAIN) waits until the ports have sent everything.
