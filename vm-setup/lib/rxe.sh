@@ -60,8 +60,33 @@ rxe_wait_ready() {
 	done
 }
 
-# rxe_vm_env - the caller's exported environment as bash source for the
-# guest, less what names this host's session.
+# rxe_vm_env - what of the caller's exported environment the micro-VM's
+# command gets, as bash source (run.sh's and warm.sh's env.sh; stage2.sh
+# sources it in the shell that runs the command, never in its own). Only
+# the names listed here pass, each on purpose:
+#   RDMA_*  the course's device variables (the guest then sets RDMA_DEVICE
+#           and the others its own way) and RDMA_CAPTURE (run.sh --capture)
+#   PERFTEST_* BENCH_* PLOT_* LAT_* BW_* REG_COST_* SERVER_TIMEOUT  the
+#           settings of the lessons' measure.sh, bench.sh, plot.sh,
+#           bench.py and run-pair.sh
+#   GRADE_* GRADER_* COURSE_QP_* ALLOW_MODIFIED_GRADER CC  the grader's
+#   BATS_* MUTANTS* VARIANT_* SKIP_TEST AUTOGRADER_ROOT  the course's own
+#           tests (bats and pytest run in the guest)
+#   PATH TERM LANG LANGUAGE LC_* TZ COLUMNS LINES CI  the session's
+#           basics (stage2.sh adds sbin to PATH: the guest runs as root)
+# Nothing else: the rest names this host's session (HOME, PWD, TMPDIR,
+# SHLVL: paths the guest may not have), changes how the guest's programs
+# run (LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH, BASH_ENV, MAKEFLAGS' job
+# server), or is the guest's own (stage2.sh's OUT, RUN, CMD, ...). Not
+# RXE_* either: they set up the micro-VM on this host, and in the guest
+# with-rxe would read RXE_BACKEND=vm as "boot a VM inside this one".
+# Each value is as declare -p quotes it (any newline, quote or $ comes
+# through), with -x alone of its attributes (a readonly one would stop the
+# guest from setting RDMA_DEVICE).
 rxe_vm_env() {
-	export -p | grep -Ev '^declare -x (BASH_[A-Z_]*|HOSTNAME|OLDPWD|PWD|SHLVL|TMPDIR|_|DISPLAY|XAUTHORITY|SSH_[A-Z_]*|DBUS_[A-Z_]*)(=|$)'
+	local n d
+	for n in $(compgen -e | grep -E '^((RDMA|PERFTEST|BENCH|PLOT|LAT|BW|REG_COST|GRADE|GRADER|COURSE_QP|BATS|VARIANT|LC)_[A-Za-z0-9_]*|MUTANTS[A-Za-z0-9_]*|SERVER_TIMEOUT|ALLOW_MODIFIED_GRADER|CC|SKIP_TEST|AUTOGRADER_ROOT|PATH|TERM|LANG|LANGUAGE|TZ|COLUMNS|LINES|CI)$'); do
+		d=$(declare -p "$n") || continue
+		printf 'declare -x %s\n' "${d#declare -* }"
+	done
 }
