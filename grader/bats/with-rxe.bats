@@ -52,6 +52,35 @@ type_and_await_exit() {
 	[ "$(cat written.txt)" = kept ]
 }
 
+@test "micro-VM: the command gets only the host variables rxe_vm_env lets through; none changes the guest's own" {
+	cd "$BATS_TEST_TMPDIR"
+	# The names the guest's stage2.sh uses for itself, and what would change
+	# its programs: a preload that here does nothing but in the guest (which
+	# does not share this directory) does not exist, so every program there
+	# would say so; TMPDIR likewise; a Debian user's PATH, without sbin. A
+	# value with a newline, quotes, $ and a byte above 127, under a locale
+	# that is not UTF-8.
+	cc -shared -o "$BATS_FILE_TMPDIR/empty.so" -x c /dev/null
+	note=$'a "b" $c `d`\ne \xe9\\'
+	run --separate-stderr env OUT=/tmp/x ERR=/tmp/y RUN=/nowhere CMD=false TTY=/dev/null BB=/nowhere \
+		CWD=/nowhere JOBS=/nowhere SERVE=1 IDLE=0 VERBOSE=1 DEVICES=9 COURSE_DIR=/nowhere \
+		TMPDIR="$BATS_FILE_TMPDIR" PYTHONPATH=/nowhere LD_PRELOAD="$BATS_FILE_TMPDIR/empty.so" \
+		PATH=/usr/bin:/bin LC_ALL=C PERFTEST_TRIES=7 BENCH_NOTE="$note" RXE_VM_COLD=1 \
+		"$COURSE/vm-setup/with-rxe" bash -c '
+		for v in OUT ERR RUN CMD TTY BB CWD JOBS SERVE IDLE VERBOSE DEVICES COURSE_DIR TMPDIR PYTHONPATH LD_PRELOAD; do
+			[ -z "${!v+set}" ] || echo "passed $v=${!v}"
+		done
+		echo "$RDMA_DEVICE $HOME $PATH $LC_ALL $PERFTEST_TRIES"
+		printf "%s\n" "$BENCH_NOTE"
+		echo "err line" >&2
+		exit 7'
+	assert_failure 7
+	assert_output "rxe0 /root /usr/bin:/bin:/usr/sbin:/sbin C 7
+$note"
+	# shellcheck disable=SC2154 # run --separate-stderr sets $stderr
+	[ "$stderr" = "err line" ]
+}
+
 @test "micro-VM: a command that does not exist fails with 127 and the shell's message" {
 	run -127 "$COURSE/vm-setup/with-rxe" --backend vm no-such-command-xyz
 	assert_failure 127
@@ -122,15 +151,19 @@ PY
 	# commands must leave it alone (a course cloned into /tmp is one).
 	mkdir -p "$BATS_TEST_TMPDIR/shared"
 	echo keep >"$BATS_TEST_TMPDIR/shared/canary"
-	RXE_VM_SHARE="$BATS_TEST_TMPDIR/shared" run make --no-print-directory vm-up
+	# The names the guest uses for itself are its own, in the warm VM
+	# (IDLE=0 would stop it at once) and in its commands.
+	run env RXE_VM_SHARE="$BATS_TEST_TMPDIR/shared" IDLE=0 SERVE=0 JOBS=/nowhere OUT=/tmp/x \
+		make --no-print-directory vm-up
 	assert_success
 	assert_output --partial "warm VM up"
 	run vm-setup/microvm/warm.sh alive
 	assert_success
 	# In the warm VM the run directory has 'ready'; a cold one has not.
-	run --separate-stderr vm-setup/with-rxe bash -c 'test -e /run/rxe-vm/ready && echo "warm $RDMA_DEVICE"; echo e >&2; exit 5'
+	run --separate-stderr env OUT=/tmp/x CWD=/nowhere CMD=false PERFTEST_TRIES=7 \
+		vm-setup/with-rxe bash -c 'test -e /run/rxe-vm/ready && echo "warm $RDMA_DEVICE ${OUT-unset} $PERFTEST_TRIES"; echo e >&2; exit 5'
 	assert_failure 5
-	assert_output "warm rxe0"
+	assert_output "warm rxe0 unset 7"
 	[ "$stderr" = e ]
 	[ "$(cat "$BATS_TEST_TMPDIR/shared/canary")" = keep ]
 	# A directory the warm VM does not share: a cold VM runs it.
