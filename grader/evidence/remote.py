@@ -31,8 +31,12 @@ import kernel  # noqa: E402
 POLL = 0.05
 LEASE = 0.5
 
-# What names this host's session stays here (as vm-setup/lib/rxe.sh does).
-_LOCAL = {"HOSTNAME", "OLDPWD", "PWD", "SHLVL", "TMPDIR", "_"}
+# What names this host's session stays here. Host A's environment is the
+# guest's already (what vm-setup/lib/rxe.sh's rxe_vm_env let through, and
+# what the guest set); host B sources this in the job's own shell, never
+# in its stage2.sh's (whose variables it cannot change).
+_LOCAL = {"HOSTNAME", "OLDPWD", "PWD", "SHLVL", "TMPDIR", "_", "HOME",
+          "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "BASH_ENV", "ENV"}
 
 
 def _env_sh():
