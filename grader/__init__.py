@@ -11,6 +11,7 @@ _FROM = {"GradeFailure": "grader.core.harness", "expect": "grader.core.harness",
          "expect_line": "grader.core.harness",
          "expect_match": "grader.core.harness", "run": "grader.core.harness",
          "start": "grader.core.harness", "points": "grader.session.lesson",
+         "proven_by": "grader.session.lesson",
          "GradedOnSubmission": "grader.session.lesson"}
 
 __all__ = sorted(_FROM)

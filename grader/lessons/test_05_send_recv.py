@@ -36,7 +36,8 @@ import time
 
 import pytest
 
-from grader import GradeFailure, expect, expect_line, expect_match, points
+from grader import (GradeFailure, expect, expect_line, expect_match, points,
+                    proven_by)
 from grader.session import pairs
 from grader.session.pairs import clean_failure, host, pair
 
@@ -66,12 +67,14 @@ def test_pingpong(build, rdma, main_run):
 
 
 @points(3, "the server checked every ping")
+@proven_by("test_peer_corrupt_ping")
 def test_server_verifies(main_run):
     expect_line(main_run.server.stdout, f"verified {ITERS} messages of {SIZE} bytes",
                 "server stdout")
 
 
 @points(3, "the client checked every pong")
+@proven_by("test_peer_corrupt_pong")
 def test_client_verifies(main_run):
     expect_line(main_run.client.stdout, f"verified {ITERS} messages of {SIZE} bytes",
                 "client stdout")
@@ -92,6 +95,7 @@ def test_rtt(main_run):
 
 
 @points(4, "rxe counters: 2N SENDs and 2N RECVs went through the device")
+@proven_by("test_peer_server_checks_pings", "test_peer_client_checks_pongs")
 def test_counters(main_run):
     delta = main_run.delta
     names = ["rdma_sends", "rdma_recvs", "sent_pkts", "rcvd_pkts"]

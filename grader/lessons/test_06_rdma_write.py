@@ -33,7 +33,8 @@ import math
 
 import pytest
 
-from grader import GradeFailure, expect, expect_line, expect_match, points
+from grader import (GradeFailure, expect, expect_line, expect_match, points,
+                    proven_by)
 from grader.session import pairs
 from grader.session.pairs import clean_failure, pair
 
@@ -62,12 +63,14 @@ def test_write(build, rdma, main_run):
 
 
 @points(4, "the server's memcmp() finds the pattern")
+@proven_by("test_peer_client_clean", "test_peer_client_corrupt")
 def test_server_memcmp(main_run):
     expect_line(main_run.server.stdout, f"memcmp: OK ({SIZE} bytes match)",
                 "server stdout")
 
 
 @points(2, "the server was told by the immediate data")
+@proven_by("test_peer_write_from_client_qp")
 def test_notified(main_run):
     expect_line(main_run.server.stdout,
                 f"notified: RDMA_WRITE_WITH_IMM, imm_data {SIZE}",
@@ -78,6 +81,7 @@ def test_notified(main_run):
 
 
 @points(5, "one-sided: no SENDs, no TCP - the bytes crossed rxe as a WRITE")
+@proven_by("test_peer_server_memory", "test_peer_write_from_client_qp")
 def test_one_sided(main_run):
     delta = main_run.delta
     names = ["rdma_sends", "rdma_recvs", "sent_pkts", "rcvd_pkts"]

@@ -35,7 +35,8 @@ import math
 
 import pytest
 
-from grader import GradeFailure, expect_line, expect_match, points
+from grader import (GradeFailure, expect_line, expect_match, points,
+                    proven_by)
 from grader.session import pairs
 from grader.session.pairs import clean_failure, pair
 
@@ -64,12 +65,14 @@ def test_read(build, rdma, main_run):
 
 
 @points(4, "the client's memcmp() finds the server's pattern")
+@proven_by("test_peer_changed_byte")
 def test_client_memcmp(main_run):
     expect_line(main_run.client.stdout, f"memcmp: OK ({SIZE} bytes match)",
                 "client stdout")
 
 
 @points(2, "the server only waits: serves, then hears 'done'")
+@proven_by("test_peer_client_reads")
 def test_server_waits(main_run):
     srv = main_run.server
     expect_match(srv.stdout, rf"^serving {SIZE} bytes at 0x[0-9a-f]+ rkey "
@@ -78,6 +81,7 @@ def test_server_waits(main_run):
 
 
 @points(5, "one-sided: no SENDs, no RECVs, no TCP - the bytes crossed rxe")
+@proven_by("test_peer_read_from_client_qp", "test_peer_client_reads")
 def test_one_sided(main_run):
     delta = main_run.delta
     names = ["rdma_sends", "rdma_recvs", "sent_pkts", "rcvd_pkts"]

@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from grader import GradeFailure, expect_line, expect_match, points
+from grader import (GradeFailure, expect_line, expect_match, points,
+                    proven_by)
 
 SERVER = "cm_server"
 CLIENT = "cm_client"
@@ -85,6 +86,7 @@ def test_connect_and_round_trip(build, rdma, normal):
 
 
 @points(4, "the server READs the client's buffer and verifies what it got")
+@proven_by("test_peer_client_clean", "test_peer_client_corrupt")
 def test_server_verifies(build, rdma, normal):
     srv, cli, how = _need(normal)
     _no_crash(srv, "cm_server")
@@ -104,6 +106,7 @@ def _active_mtu(build, rdma):
 
 
 @points(3, "the rxe counters show WRITE and READ moving the data, not SENDs")
+@proven_by("test_peer_server_memory", "test_peer_client_corrupt")
 def test_one_sided_counters(build, rdma, normal):
     srv, cli, how = _need(normal)
     if f"client: server verified {SIZE} bytes: match" not in cli.stdout:
@@ -135,6 +138,7 @@ def test_one_sided_counters(build, rdma, normal):
 
 
 @points(3, "--corrupt: the server catches a source that changed")
+@proven_by("test_peer_client_corrupt")
 def test_server_detects_corruption(build, rdma):
     srv, cli, how = _pair(build, rdma, "--corrupt")
     _no_crash(srv, "cm_server")

@@ -502,3 +502,59 @@ def test_make_hint_gives_a_hint_never_shown_and_says_when_nothing_fails(
     (tmp_path / "status.json").write_text(json.dumps(status))
     assert hint.main(["--lesson", "03"]) == 0
     assert "nothing is failing (20/20" in capsys.readouterr().out
+
+
+PAIR_TESTS = '''
+from grader import expect_line, points, proven_by
+
+@points(2, "the pair agrees, the reference does not")
+@proven_by("test_ref_fails")
+def test_agree(build):
+    expect_line(build.run("prog").ok().stdout, "hello 42", "output")
+
+@points(2, "the pair agrees, and so does the reference")
+@proven_by("test_ref_ok")
+def test_agree_ok(build):
+    expect_line(build.run("prog").ok().stdout, "hello 42", "output")
+
+@points(1, "reference: finds what it must")
+def test_ref_ok(build):
+    expect_line(build.run("prog").ok().stdout, "hello 42", "output")
+
+@points(1, "reference: finds nothing")
+def test_ref_fails(build):
+    expect_line(build.run("prog").ok().stdout, "hello 43", "the reference")
+'''
+
+
+@pytest.fixture(scope="module")
+def pair_course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair-course")
+    (root / "lessons" / "92-pair").mkdir(parents=True)
+    (root / "lessons" / "common").symlink_to(COURSE / "lessons" / "common")
+    (root / "lessons" / "92-pair" / "lesson.toml").write_text(
+        'title = "A pair and its reference"\n')
+    (root / "skeletons" / "92-pair").mkdir(parents=True)
+    (root / "skeletons" / "92-pair" / "prog.c").write_text(GOOD_C)
+    (root / "grader" / "lessons").mkdir(parents=True)
+    (root / "grader" / "lessons" / "test_92_pair.py").write_text(PAIR_TESTS)
+    return root
+
+
+def test_a_pair_test_pays_only_when_its_reference_tests_passed(pair_course):
+    out = grade(pair_course, "--verbose-failures").stdout
+    lines = [x for x in out.splitlines() if " ... " in x]
+    # The pair's verdicts are shown after the reference tests they wait for.
+    assert [x.split(" ... ")[0].strip() for x in lines] == [
+        "reference: finds what it must",
+        "the pair agrees, and so does the reference",
+        "reference: finds nothing",
+        "the pair agrees, the reference does not"], out
+    assert "the pair agrees, the reference does not ... FAIL" in out
+    assert "the pair agrees, and so does the reference ... OK" in out
+    assert ("but the reference peers do not confirm it: 'reference: finds "
+            "nothing' failed in this grading") in out
+    assert "  92-pair: 3/6" in out
+    # Graded alone (TEST=), the reference test is not held against it.
+    alone = grade(pair_course, "--test", "the reference does not").stdout
+    assert "the pair agrees, the reference does not ... OK" in alone, alone

@@ -27,6 +27,14 @@ def points(n, title):
     return pytest.mark.points(n, title)
 
 
+def proven_by(*tests):
+    """A test of the student's own pair (their server with their client)
+    pays only when these reference-peer tests of the lesson (function
+    names) passed in the same grading: the pair agreeing with itself
+    proves nothing a pair of fakes could not (plugin.py: confirm)."""
+    return pytest.mark.proven_by(*tests)
+
+
 class GradedOnSubmission(Exception):
     """Raised by a test whose claim can only be graded where the instructor
     grades (lesson 09's predictions, against a key the students'
@@ -182,23 +190,43 @@ class Build:
             env = {**env, "VERBS_SPY_TARGET": Path(prog).name}
         return env
 
-    def run(self, prog, *args, timeout=None, input=None, env=None, wrap=()):
-        """Run the student's `prog` in the sandbox, to completion."""
+    def _wrapped(self, wrap, prog, *args):
+        """[*wrap, prog, *args], where a wrapper can run: not in the
+        sandbox, where the program started is the last one (a wrapper's
+        exec of `prog` would be refused)."""
+        if wrap and self.sandbox and self.sandbox.contained:
+            raise GradeFailure(
+                f"the grader cannot run '{wrap[0]}' around a program in the "
+                f"sandbox: there a program may start no other (a grader "
+                f"problem; liblsan missing makes the leak checker valgrind: "
+                f"install gcc's liblsan0)")
+        return [*wrap, self.path(prog), *args]
+
+    def run(self, prog, *args, timeout=None, input=None, env=None, wrap=(),
+            rlimits=None, empty_dirs=()):
+        """Run the student's `prog` in the sandbox, to completion.
+        `rlimits`, `empty_dirs`: see harness.limits_prefix. `wrap`: a
+        command prefix for an uncontained run only (contained, the
+        program may start no other: sandbox.py)."""
         env = self._spied(prog, env)
-        res = harness.run([*wrap, self.path(prog), *args],
+        res = harness.run(self._wrapped(wrap, prog, *args),
                           timeout=self._timeout(timeout), input=input,
-                          env=env, sandbox=self.sandbox,
+                          env=env, sandbox=self.sandbox, rlimits=rlimits,
+                          empty_dirs=empty_dirs,
                           final=self.lesson.final_line(prog))
         self._saw(res, prog)
         return res
 
     def start(self, prog, *args, ready=r"listening on port (\d+)",
-              timeout=None, env=None, wrap=(), input=None):
-        """Start the student's `prog` in the sandbox (see harness.start)."""
+              timeout=None, env=None, wrap=(), input=None, rlimits=None,
+              empty_dirs=()):
+        """Start the student's `prog` in the sandbox (see harness.start
+        and run())."""
         env = self._spied(prog, env)
-        return harness.start([*wrap, self.path(prog), *args], ready=ready,
+        return harness.start(self._wrapped(wrap, prog, *args), ready=ready,
                              timeout=self._timeout(timeout), env=env,
                              input=input, sandbox=self.sandbox,
+                             rlimits=rlimits, empty_dirs=empty_dirs,
                              on_result=lambda r: self._saw(r, prog),
                              final=self.lesson.final_line(prog))
 

@@ -109,6 +109,9 @@ class Grader:
         self.all_tests = {}         # number -> {test: (points, title)}
         self.sandbox = None
         self.trusted = set()
+        self.provers = {}           # nodeid -> nodeids that must confirm it
+        self.finished = set()       # nodeids whose run is over
+        self.held = []              # ... whose line waits for its provers
 
     # -- helpers --
     def lesson(self, num):
@@ -194,6 +197,15 @@ class Grader:
                 raise pytest.UsageError("no grader tests for lesson(s) "
                                         + ", ".join(sorted(missing)))
         keep.sort(key=lambda i: self.items[i.nodeid][0])
+        # A test of the student's pair that reference peers' tests must
+        # confirm (@proven_by): its verdict waits for theirs.
+        for item in keep:
+            mark = item.get_closest_marker("proven_by")
+            if mark:
+                self.provers[item.nodeid] = [
+                    n for n in self.items if self.items[n][0] ==
+                    self.items[item.nodeid][0] and
+                    n.rpartition("::")[2].split("[")[0] in mark.args]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
@@ -270,6 +282,27 @@ class Grader:
                       hasattr(call.excinfo.value, "msg") else "skipped")
             rec["output"] = f"not checked (skipped: {reason}): no points"
 
+    def confirm(self, nodeid, rec):
+        """The student's server with the student's client agree with each
+        other: that pays only when the reference peers proved the same
+        claim in this grading (their tests, @proven_by: its line waits
+        for theirs). A reference test not graded this time (TEST=) is not
+        held against it."""
+        if not rec["passed"]:
+            return
+        failed = [n for n in self.provers[nodeid]
+                  if not self.outcome.get(n, {}).get("passed", True)]
+        if failed:
+            n = failed[0]
+            why = (self.outcome[n]["output"].splitlines() or [""])[0]
+            rec["passed"] = False
+            rec["output"] = (
+                f"the program's server and client agree with each other, "
+                f"but the reference peers do not confirm it: "
+                f"'{self.items[n][2]}' failed in this grading ({why})\n"
+                f"(that test's failure says what the reference peer found; "
+                f"a pair that passes only with itself earns nothing here)")
+
     def failure_text(self, item, call, report):
         exc = call.excinfo
         if exc and isinstance(exc.value, GradeFailure):
@@ -324,18 +357,36 @@ class Grader:
         return path
 
     def pytest_runtest_logfinish(self, nodeid, location):
+        self.finished.add(nodeid)
+        if any(n not in self.finished for n in self.provers.get(nodeid, ())):
+            self.held.append(nodeid)
+            return
+        self.show(nodeid)
+        last = nodeid in self.last_of_lesson
+        for h in [h for h in self.held if last or
+                  all(n in self.finished for n in self.provers[h])]:
+            self.held.remove(h)
+            self.show(h)
+        if last:
+            self.show_subtotal(self.items[nodeid][0])
+
+    def show_subtotal(self, num):
+        got, total = self.subtotal(num)
+        b = self.builds.get(num)
+        self.write(report.subtotal_line(
+            self.lesson(num).name, got, total, self.pending(num),
+            compiled=not (num in self.compact and b and b.error)))
+
+    def show(self, nodeid):
+        """The test's line (and its failure), once its verdict is final."""
         num, pts, title = self.items[nodeid]
+        if nodeid in self.provers:
+            self.confirm(nodeid, self.outcome[nodeid])
         rec = self.outcome[nodeid]
         if (not rec["passed"] and not rec.get("pending")
                 and self.unfinished is None):
             self.unfinished = num
         if num in self.compact:
-            if nodeid in self.last_of_lesson:
-                got, total = self.subtotal(num)
-                b = self.builds.get(num)
-                self.write(report.subtotal_line(
-                    self.lesson(num).name, got, total, self.pending(num),
-                    compiled=not (b and b.error)))
             return
         verdict = ("OK" if rec["passed"] else
                    "graded on submission" if rec.get("pending") else "FAIL")
@@ -355,10 +406,6 @@ class Grader:
                                              if x.startswith("transcript: ")]
             for line in lines:
                 self.write("      " + line)
-        if nodeid in self.last_of_lesson:
-            got, total = self.subtotal(num)
-            self.write(report.subtotal_line(self.lesson(num).name, got, total,
-                                            self.pending(num)))
 
     def subtotal(self, num):
         got = total = 0
@@ -426,6 +473,9 @@ class Grader:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "points(n, title): a graded test")
+    config.addinivalue_line("markers", "proven_by(*tests): this test of the "
+                            "student's pair pays only when those reference "
+                            "peer tests of the lesson passed too")
     if config.getoption("help", False):
         return
     config.pluginmanager.register(Grader(config), "rdma-course-grader")
