@@ -55,7 +55,10 @@
  *             max_inline=N          (srq: the SRQ's handle + 1, 0: none)
  *   create_srq handle=H max_wr=ASKED granted=N limit=L ok=1|0
  *   modify_srq handle=H mask=0xM max_wr=N limit=L rc=R
- *   post_srq_recv handle=H wrs=K rc=R        (one line per call)
+ *   post_srq_recv handle=H wrs=K rc=R in=N   (one line per call; in: the
+ *             receives in the SRQ after it, in the program's view: posted
+ *             minus the receive completions it polled on the SRQ's QPs)
+ *   query_srq handle=H max_wr=N limit=L rc=R (what ibv_query_srq() said)
  *   async_event type=T srq=H                 (srq: for an SRQ's event)
  *
  * and, written at exit whatever the log's size, one line per QP that
@@ -64,10 +67,20 @@
  *
  *   sq qpn=Q calls=C wrs=W signaled=S inline=I max_outstanding=O ...
  *
- * (stats_line() lists its fields). Outstanding is the program's own view:
+ * (stats_flush() lists its fields). Outstanding is the program's own view:
  * WRs posted minus WRs it knows complete - a signaled completion it polled
  * completes that WR and every WR posted before it on the QP (RC completes
- * in order). $VERBS_SPY_INFLIGHT=1 also sums the local buffer of every
+ * in order). Whether the program kept its queue full throughout, not only
+ * once, is in two histograms {outstanding: how often}, of the moments it
+ * stopped posting and turned to its CQ (the QP's send CQ):
+ *   fills  the WRs outstanding after its last post before a poll;
+ *   waits  the WRs outstanding at a poll that brought the QP nothing,
+ *          right after another that brought it nothing (the program
+ *          waiting, not draining its CQ), the last of them before it
+ *          posted again.
+ * Both are counted when the QP posts again: what follows its last post
+ * (a stream's tail, which drains the queue) is not in them.
+ * $VERBS_SPY_INFLIGHT=1 also sums the local buffer of every
  * non-inline SEND/WRITE when it is posted and again when the program
  * learns it completed: a sum that changed is a buffer the program rewrote
  * while the device could still be reading it (modified_in_flight).
@@ -667,6 +680,14 @@ struct sq_stats {
 		uint32_t len;
 	} fl[SQ_RING];
 	uint64_t fl_head, fl_tail, modified, first_modified, untracked;
+	struct ibv_cq *cq; /* its send CQ (NULL: not created through us) */
+	uint32_t srq;	   /* its SRQ's handle + 1, 0: none */
+	/* fills and waits (above): outstanding after the last post, whether
+	 * a poll came since, whether the last poll brought nothing, and the
+	 * outstanding at the last wait since the last post */
+	uint64_t fills[HIST_MAX + 1], waits[HIST_MAX + 1];
+	uint64_t last_out, wait_out;
+	int polled, idle, waited;
 };
 
 static struct sq_stats sqs[SQ_MAX];
@@ -675,7 +696,21 @@ static pthread_mutex_t sq_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	uint32_t handle;
 	uint64_t calls, wrs;
+	int64_t in;	 /* receives in it, the program's view */
+	uint64_t max_in; /* the most, right after a post */
 } srqs[SRQ_MAX];
+
+/* The index of @handle's SRQ entry, or of the free entry that will be
+ * its (-1: the table is full). Under sq_lock. */
+static int srq_index(uint32_t handle)
+{
+	int i;
+
+	for (i = 0; i < SRQ_MAX && srqs[i].calls && srqs[i].handle != handle;
+	     i++)
+		;
+	return i < SRQ_MAX ? i : -1;
+}
 
 /* The counters of @qpn, created on first use (NULL when the table is full). */
 static struct sq_stats *sq_of(uint32_t qpn)
@@ -732,6 +767,15 @@ static void stats_post(struct ibv_qp *qp, struct ibv_send_wr *wr, int rc,
 		goto out_unlock;
 	if (!s->first_post_ns)
 		s->first_post_ns = now_ns();
+	if (s->calls && s->polled) {
+		/* the program turned to its CQ after its last post, and now
+		 * posts again: count that turn, and the wait in it */
+		s->fills[s->last_out < HIST_MAX ? s->last_out : HIST_MAX]++;
+		if (s->waited)
+			s->waits[s->wait_out < HIST_MAX ? s->wait_out
+							: HIST_MAX]++;
+	}
+	s->polled = s->idle = s->waited = 0;
 	s->calls++;
 	if (rc) {
 		if (!s->failed_calls++)
@@ -777,6 +821,7 @@ static void stats_post(struct ibv_qp *qp, struct ibv_send_wr *wr, int rc,
 	out = s->posted - s->done;
 	if (out > s->max_outstanding)
 		s->max_outstanding = out;
+	s->last_out = out;
 out_unlock:
 	pthread_mutex_unlock(&sq_lock);
 }
@@ -795,7 +840,11 @@ static void stats_wc(const struct ibv_wc *wc)
 		goto out_unlock;
 	}
 	if (wc->opcode & IBV_WC_RECV) {
+		int k = s->srq ? srq_index(s->srq - 1) : -1;
+
 		s->recvs++;
+		if (k >= 0 && srqs[k].calls)
+			srqs[k].in--;
 		goto out_unlock;
 	}
 	s->completions++;
@@ -811,6 +860,36 @@ static void stats_wc(const struct ibv_wc *wc)
 			s->first_modified = s->fl[k].seq;
 	}
 out_unlock:
+	pthread_mutex_unlock(&sq_lock);
+}
+
+/* A poll of @cq brought @got completions @wc: for the QPs that send
+ * through it and posted before, a turn from posting to polling, and a
+ * wait when it brought one of them nothing twice in a row. */
+static void stats_poll(struct ibv_cq *cq, const struct ibv_wc *wc, int got)
+{
+	int i, k, mine;
+
+	pthread_mutex_lock(&sq_lock);
+	for (i = 0; i < SQ_MAX && sqs[i].used; i++) {
+		struct sq_stats *s = &sqs[i];
+
+		if ((s->cq && s->cq != cq) || !s->calls)
+			continue;
+		for (mine = 0, k = 0; k < got && !mine; k++)
+			mine = wc[k].qp_num == s->qpn &&
+			       !(wc[k].status == IBV_WC_SUCCESS &&
+				 (wc[k].opcode & IBV_WC_RECV));
+		s->polled = 1;
+		if (mine) {
+			s->idle = 0;
+		} else if (s->idle) {
+			s->waited = 1;
+			s->wait_out = s->posted - s->done;
+		} else {
+			s->idle = 1;
+		}
+	}
 	pthread_mutex_unlock(&sq_lock);
 }
 
@@ -841,7 +920,8 @@ static void stats_add(const char *line, int n)
 
 static void stats_flush(void)
 {
-	char chains[1024], gaps[1024], ops[256], line[3072];
+	char chains[1024], gaps[1024], fills[1024], waits[1024], ops[256];
+	char line[5120];
 	int i, k, n;
 
 	for (i = 0; i < SQ_MAX && sqs[i].used; i++) {
@@ -850,6 +930,8 @@ static void stats_flush(void)
 
 		hist_str(chains, sizeof(chains), s->chains);
 		hist_str(gaps, sizeof(gaps), s->gaps);
+		hist_str(fills, sizeof(fills), s->fills);
+		hist_str(waits, sizeof(waits), s->waits);
 		ops[0] = 0;
 		for (k = 0; k < 16; k++)
 			if (s->opcodes[k])
@@ -865,7 +947,8 @@ static void stats_flush(void)
 			"completions=%llu errors=%llu recvs=%llu "
 			"first_post_ns=%llu last_done_ns=%llu "
 			"modified_in_flight=%llu first_modified=%llu "
-			"untracked=%llu opcodes=%s chains=%s gaps=%s\n",
+			"untracked=%llu opcodes=%s chains=%s gaps=%s "
+			"fills=%s waits=%s\n",
 			s->qpn, s->sig_all, (unsigned long long)s->calls,
 			(unsigned long long)s->failed_calls, s->first_rc,
 			(unsigned long long)s->posted,
@@ -881,14 +964,16 @@ static void stats_flush(void)
 			(unsigned long long)s->modified,
 			(unsigned long long)s->first_modified,
 			(unsigned long long)s->untracked, m ? ops : "-", chains,
-			gaps);
+			gaps, fills, waits);
 		stats_add(line, n < (int)sizeof(line) ? n : -1);
 	}
 	for (i = 0; i < SRQ_MAX && srqs[i].calls; i++) {
 		n = snprintf(line, sizeof(line),
-			     "srq_posts handle=%u calls=%llu wrs=%llu\n",
+			     "srq_posts handle=%u calls=%llu wrs=%llu "
+			     "max_in=%llu\n",
 			     srqs[i].handle, (unsigned long long)srqs[i].calls,
-			     (unsigned long long)srqs[i].wrs);
+			     (unsigned long long)srqs[i].wrs,
+			     (unsigned long long)srqs[i].max_in);
 		stats_add(line, n < (int)sizeof(line) ? n : -1);
 	}
 }
@@ -911,8 +996,11 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
 	       init_attr->cap.max_recv_wr, init_attr->cap.max_inline_data);
 	pthread_mutex_lock(&sq_lock);
 	s = sq_of(qp->qp_num);
-	if (s)
+	if (s) {
 		s->sig_all = init_attr->sq_sig_all;
+		s->cq = init_attr->send_cq;
+		s->srq = init_attr->srq ? init_attr->srq->handle + 1 : 0;
+	}
 	pthread_mutex_unlock(&sq_lock);
 	return qp;
 }
@@ -940,6 +1028,17 @@ int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr,
 	rc = real(srq, attr, attr_mask);
 	record("modify_srq handle=%u mask=0x%x max_wr=%u limit=%u rc=%d\n",
 	       srq->handle, attr_mask, attr->max_wr, attr->srq_limit, rc);
+	return rc;
+}
+
+int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	int rc;
+
+	REAL(ibv_query_srq);
+	rc = real(srq, attr);
+	record("query_srq handle=%u max_wr=%u limit=%u rc=%d\n", srq->handle,
+	       rc ? 0 : attr->max_wr, rc ? 0 : attr->srq_limit, rc);
 	return rc;
 }
 
@@ -1135,6 +1234,8 @@ static int spy_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		       (unsigned long long)cpu_ns());
 		stats_wc(&wc[i]);
 	}
+	if (got >= 0)
+		stats_poll(cq, wc, got);
 	return got;
 }
 
@@ -1336,21 +1437,25 @@ static int spy_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 {
 	struct ibv_recv_wr *w;
 	int rc, n = 0, i;
+	long long in = -1;
 
 	rc = real_post_srq_recv(srq, wr, bad);
 	for (w = wr; w && !(rc && w == *bad); w = w->next)
 		n++;
-	record("post_srq_recv handle=%u wrs=%d rc=%d\n", srq->handle, n, rc);
 	pthread_mutex_lock(&sq_lock);
-	for (i = 0;
-	     i < SRQ_MAX && srqs[i].calls && srqs[i].handle != srq->handle; i++)
-		;
-	if (i < SRQ_MAX) {
+	i = srq_index(srq->handle);
+	if (i >= 0) {
 		srqs[i].handle = srq->handle;
 		srqs[i].calls++;
 		srqs[i].wrs += n;
+		srqs[i].in += n;
+		if (srqs[i].in > (int64_t)srqs[i].max_in)
+			srqs[i].max_in = srqs[i].in;
+		in = srqs[i].in;
 	}
 	pthread_mutex_unlock(&sq_lock);
+	record("post_srq_recv handle=%u wrs=%d rc=%d in=%lld\n", srq->handle,
+	       n, rc, (long long)in);
 	return rc;
 }
 
