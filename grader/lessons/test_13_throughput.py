@@ -18,7 +18,16 @@ speed with a limit:
   them (selective signaling), the inline WRs, and the WRs outstanding
   after every post - posted minus known complete, the program's own view
   (a signaled completion it polled completes every WR before it): the
-  depth is proven without a clock, at any speed. With VERBS_SPY_INFLIGHT
+  depth is proven without a clock, at any speed. That the queue is kept
+  that full throughout, not filled once: at every turn from posting to
+  polling, and at every poll that waited (the second in a row that
+  brought the QP nothing), while messages were left, the room was less
+  than a chain (fills, waits). A program that posts while a chain fits
+  and only then polls meets it by construction, however fast the device
+  completes (rxe in the micro-VM completes a chain inside its
+  ibv_post_send(): the program's polls then find the queue done, and it
+  refills it whole); one that filled the queue once and then kept fewer
+  outstanding turns to polling with room to spare. With VERBS_SPY_INFLIGHT
   it also sums each WR's buffer when it is posted and when the program
   learns it completed: a buffer rewritten in between is caught even where
   rxe happened to read it in time;
@@ -50,8 +59,9 @@ from 10x faster to 10x slower than the build machine and under load
   without a single completion (a 64 KiB WRITE takes about 2 ms here, so
   200 ms at 100x slower); the servers' 60 s cover a whole stream of at
   most 480 x 8 KiB (under 0.5 s here at 10 MB/s, the slowest measured).
-- The depth (1 against 16 included) is the interposer's count of WRs
-  outstanding after each post: no clock at all.
+- The depth (1 against 16 included) and the queue kept full are the
+  interposer's counts of WRs outstanding after each post and at each
+  turn to polling: no clock at all.
 """
 
 import math
@@ -86,14 +96,16 @@ def scratch(build):
 def shape():
     """A random stream shape the program must honour exactly: depth D,
     batch B dividing D, signal N (2 or more) a multiple or divisor of B
-    (N <= D), and
+    (N < D), and
     n leaving a partial last chain and an unsignaled tail, so that the
     last WR's own signal and the short chain are exercised."""
     depth = [8, 16, 32][rand_between(0, 2)]
     batch = [2, 4][rand_between(0, 1)]
-    # never 1: every WR signaled would leave nothing to check
+    # never 1: every WR signaled would leave nothing to check; never D:
+    # a program that learns of completions a whole queue at a time must
+    # empty it before each refill, and "kept full" would say nothing
     signals = [x for x in (batch // 2, batch, 2 * batch, 4 * batch)
-               if 2 <= x <= depth]
+               if 2 <= x < depth]
     signal = signals[rand_between(0, len(signals) - 1)]
     while True:
         iters = rand_between(240, 480)
@@ -187,11 +199,41 @@ def sq(run):
             f"(ibv_post_send() through the QP's context)\nreproduce: "
             f"{run['how']}")
     f = max(lines, key=lambda f: int(f["wrs"]))
-    out = {k: int(v) for k, v in f.items()
-           if k not in ("opcodes", "chains", "gaps")}
-    out.update(opcodes=hist(f["opcodes"]), chains=hist(f["chains"]),
-               gaps=hist(f["gaps"]))
+    hists = ("opcodes", "chains", "gaps", "fills", "waits")
+    out = {k: int(v) for k, v in f.items() if k not in hists}
+    out.update({k: hist(f.get(k, "-")) for k in hists})
     return out
+
+
+def kept_full(run, depth, batch):
+    """The queue kept --depth full throughout the stream: whenever the
+    program turned from posting to polling, and whenever it waited on its
+    CQ (a poll that brought the QP nothing, after another), with messages
+    left to post, its room was less than a chain: more than depth - batch
+    WRs outstanding (posted, not yet known complete). The interposer
+    counts both, in the program's own view, until the QP's last post."""
+    q = sq(run)
+    if not q["fills"]:
+        raise GradeFailure(
+            f"the interposer saw no ibv_poll_cq() of the QP's send CQ "
+            f"between two of its ibv_post_send() calls: the stream must "
+            f"poll its completions to learn of room (and --depth "
+            f"{depth} leaves room for only {depth} of the "
+            f"{q['wrs']} WRs)\nreproduce: {run['how']}")
+    floor = depth - batch
+    low = sum(n for h in (q["fills"], q["waits"]) for k, n in h.items()
+              if k <= floor)
+    if low:
+        raise GradeFailure(
+            f"the queue was not kept full: {low} times the stream stopped "
+            f"posting to poll, or waited for a completion, with room for "
+            f"another chain of --batch {batch} in its --depth {depth} "
+            f"(the interposer's count, until the last post: the tail "
+            f"drains the queue)\n  expected: more than {floor} WRs "
+            f"outstanding (posted, not yet known complete) each time\n"
+            f"  got:      {{outstanding: times}} at the turns to polling "
+            f"{q['fills']}, at the waits {q['waits']}\n"
+            f"reproduce: {run['how']}")
 
 
 def memory(run, what):
@@ -279,6 +321,7 @@ def test_depth(write_run):
             f"stream fills the queue before it first polls, and never "
             f"overfills it\n  expected: {want}\n  got:      {got} ({why})"
             f"\nreproduce: {write_run['how']}")
+    kept_full(write_run, s["depth"], s["batch"])
 
 
 @points(3, "one WR in --signal is signaled, and the last (interposer)")
@@ -426,6 +469,7 @@ def test_depth_1_vs_16(build, rdma):
             batch=1))
         memory(run, f"client with --depth {depth}")
         got[depth] = sq(run)["max_outstanding"]
+        kept_full(run, depth, 1)
     expect(got, {1: 1, 16: 16}, "most WRs outstanding after a post "
            "{--depth: WRs}")
 
