@@ -16,9 +16,21 @@ Evidence:
   asked by each reference client while the server's QP for it exists)
   lists every client's QP under one SRQ of the server's process; the
   interposer (verbs_spy.so) saw one ibv_create_srq() and every client's
-  QP created with it;
+  QP created with it, and the QPs the reference clients talked to are
+  those;
+- of --srq-size, throughout: that SRQ was asked for max_wr = --srq-size,
+  never resized (ibv_modify_srq with IBV_SRQ_MAX_WR), and never held more
+  than --srq-size receives - the interposer's count, posted minus the
+  receive completions the program polled on the SRQ's QPs, is never below
+  what the SRQ really holds - and held that many after the first fill. A
+  bigger SRQ, or rxe's rounded-up room filled too (24 asked, 31 granted),
+  would never run low, and the limit would be left untested. The kernel
+  gives no size for an rxe SRQ (Linux 6.1's `rdma -j -dd resource show
+  srq`: ifname, srqn, type, pdn, pid, comm), so the size is the
+  interposer's, tied to the kernel's view by the QP numbers;
 - the low-water mark: the interposer records, in order, the limit armed
-  with ibv_modify_srq(IBV_SRQ_LIMIT), every IBV_EVENT_SRQ_LIMIT_REACHED the
+  with ibv_modify_srq(IBV_SRQ_LIMIT) - at --limit, every time -, every
+  IBV_EVENT_SRQ_LIMIT_REACHED the
   program took with ibv_get_async_event(), and the ibv_post_srq_recv()
   calls: each event must be followed by a refill and the limit armed
   again; the requests are many more than the SRQ holds, so the event
@@ -50,7 +62,8 @@ PROG = "srq"
 T_SERVER = "60"     # the server's waits include the reference clients' start
 T_CLIENT = "20"     # a reference client's wait for one reply (or 'G')
 SRQ_LIMIT_REACHED = 15      # enum ibv_event_type in <infiniband/verbs.h>
-IBV_SRQ_LIMIT = 2           # enum ibv_srq_attr_mask
+IBV_SRQ_MAX_WR = 1          # enum ibv_srq_attr_mask
+IBV_SRQ_LIMIT = 2
 
 
 def shape():
@@ -118,7 +131,44 @@ def test_replies(ref_run):
         expect_owner(v, ref_run["pid"], "server")
 
 
-@points(4, "one SRQ for every client's QP (kernel and interposer)")
+def srq_size(run, srq):
+    """The SRQ the clients' QPs were created on (the interposer's
+    create_srq line @srq) is one of --srq-size receives: asked so, never
+    resized, never holding more, and full after the first fill."""
+    w, how = run["s"]["srq"], run["how"]
+    msg = f"the SRQ is not one of --srq-size {w}"
+    if int(srq["max_wr"]) != w:
+        raise GradeFailure(
+            f"{msg}: ibv_create_srq() asked for attr.max_wr "
+            f"{srq['max_wr']} (the interposer's record)\n  expected: "
+            f"{w}: the SRQ is sized for the requests in flight, and the "
+            f"limit event keeps it from running dry, not spare room\n"
+            f"reproduce: {how}")
+    resized = [f for f in calls(run, "modify_srq")
+               if int(f["mask"], 0) & IBV_SRQ_MAX_WR]
+    if resized:
+        raise GradeFailure(
+            f"{msg}: ibv_modify_srq(IBV_SRQ_MAX_WR) resized it to max_wr "
+            f"{', '.join(f['max_wr'] for f in resized)}\n  expected: no "
+            f"resize (IBV_SRQ_LIMIT only)\nreproduce: {how}")
+    posts = [f for f in calls(run, "srq_posts")
+             if f["handle"] == srq["handle"]]
+    most = int(posts[0]["max_in"]) if posts else 0
+    room = {f["max_wr"] for f in calls(run, "query_srq")
+            if f["handle"] == srq["handle"] and f["rc"] == "0"}
+    if most != w:
+        raise GradeFailure(
+            f"{msg}: the most receives it held at once, as the "
+            f"interposer counts them (posted with ibv_post_srq_recv(), "
+            f"minus the receive completions polled on its QPs: never less "
+            f"than it really held)\n  expected: {w} (all --srq-size "
+            f"slots posted at first, and no more ever: rxe rounds the SRQ "
+            f"up (here to {' or '.join(sorted(room)) or '?'}), which is "
+            f"not room for more buffers)\n  got:      {most}\nreproduce: "
+            f"{how}")
+
+
+@points(4, "one SRQ of --srq-size for every client's QP (kernel and interposer)")
 def test_srq_used(ref_run, rdma):
     k = ref_run["s"]["clients"]
     srqs = [f for f in calls(ref_run, "create_srq") if f.get("ok") == "1"]
@@ -137,6 +187,15 @@ def test_srq_used(ref_run, rdma):
             f"(init_attr.srq): each of the {k} clients' QPs must take its "
             f"receives from the one SRQ\nreproduce: {ref_run['how']}")
     served(ref_run)
+    talked = sorted(v["theirs"]["qpn"] for v in ref_run["v"])
+    created = sorted(int(f["qpn"]) for f in qps)
+    if talked != created:
+        raise GradeFailure(
+            f"the server's QPs the reference clients talked to (their "
+            f"qp_info) are not the QPs the interposer saw created on the "
+            f"SRQ\n  expected: {[hex(q) for q in created]}\n  got:      "
+            f"{[hex(q) for q in talked]}\nreproduce: {ref_run['how']}")
+    srq_size(ref_run, srqs[0])
     if rdma.peer_jobs:
         return          # the clients ran on host B: the kernel there has no say
     found = [v.get("srq") for v in ref_run["v"]]
@@ -175,6 +234,19 @@ def test_limit_events(ref_run):
             f"ibv_modify_srq(IBV_SRQ_LIMIT) calls the interposer saw: "
             f"{arms or 'none'}\n  expected: the limit armed at --limit "
             f"{s['limit']}, rc=0, before the first request\nreproduce: "
+            f"{ref_run['how']}")
+    created = [f for f in calls(ref_run, "create_srq") if f.get("ok") == "1"]
+    other = [f for f in arms if int(f["limit"]) != s["limit"]]
+    other += [f for f in created if int(f["limit"]) not in (0, s["limit"])]
+    if other:
+        raise GradeFailure(
+            f"the SRQ's limit as armed (ibv_modify_srq(IBV_SRQ_LIMIT), "
+            f"{len(arms)} calls, and ibv_create_srq()'s attr.srq_limit)\n"
+            f"  expected: --limit {s['limit']} every time (the low-water "
+            f"mark the SRQ's size is chosen for: README, 'How low is "
+            f"low')\n  got:      ibv_create_srq() "
+            f"{[int(f['limit']) for f in created]}, ibv_modify_srq() "
+            f"{[int(f['limit']) for f in arms]}\nreproduce: "
             f"{ref_run['how']}")
     events = [i for i, (what, _) in enumerate(seq) if what == "event"]
     if not events:
@@ -229,10 +301,14 @@ def test_memory_lines(ref_run):
     m = expect_match(out, rf"^srq: {s['srq']} receives of {s['size']} bytes "
                      rf"\(max_wr (\d+) granted\), limit {s['limit']}$",
                      "server stdout")
-    if int(m.group(1)) < s["srq"]:
-        raise GradeFailure(f"the SRQ's max_wr printed ({m.group(1)}) is "
-                           f"less than the {s['srq']} receives posted into "
-                           f"it: ask the SRQ (ibv_query_srq)")
+    asked = {f["max_wr"] for f in calls(ref_run, "query_srq")
+             if f["rc"] == "0"}
+    if asked != {m.group(1)}:
+        raise GradeFailure(
+            f"the SRQ's max_wr in the 'srq:' line is what ibv_query_srq() "
+            f"said the SRQ holds (rxe rounds it up)\n  expected: "
+            f"{' or '.join(sorted(asked)) or '(no ibv_query_srq() call)'}"
+            f"\n  got:      {m.group(1)}\nreproduce: {ref_run['how']}")
     one = s["srq"] * s["size"] / 1024
     expect_match(out, rf"^memory: 1 SRQ x {s['srq']} x {s['size']} B = "
                  rf"{one:.1f} KiB for {s['clients']} clients; "
