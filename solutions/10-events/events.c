@@ -43,6 +43,13 @@ static const char usage[] =
 	"[-s SIZE] [-t SECS] [--mode poll|event] [HOST]";
 
 #define SLICE_MS 100 /* the longest sleep between checks of ctx->fatal */
+/*
+ * After a completion error, how long the async thread still waits for an
+ * event that may explain it: a port that goes down fails the QP's work at
+ * once, and the device's IBV_EVENT_PORT_ERR can follow it by some time,
+ * more on a loaded machine. A failure is when the event matters most.
+ */
+#define ASYNC_LINGER_MS 3000
 
 enum {
 	WRID_RECV = 1,
@@ -64,8 +71,9 @@ struct ev_ctx {
 	long cq_events; /* completion events received (and acknowledged) */
 	pthread_t async_thread;
 	int async_running;
-	atomic_int stop;  /* main -> async thread: finish */
-	atomic_int fatal; /* async thread -> main: give up */
+	atomic_int stop;   /* main -> async thread: finish */
+	atomic_int failed; /* main -> async thread: a completion failed */
+	atomic_int fatal;  /* async thread -> main: give up */
 };
 
 /* ---- asynchronous events --------------------------------------------------- */
@@ -118,7 +126,10 @@ static int read_async_event(struct ev_ctx *ctx, struct pollfd *pfd, int ms)
 /*
  * The async event thread: events until close_ctx() sets ctx->stop (it
  * looks every SLICE_MS), then those still queued, before close_ctx()
- * destroys what they name.
+ * destroys what they name. After a completion error, if no event came
+ * yet, it first waits up to ASYNC_LINGER_MS for one: the error a port
+ * going down causes can reach the main thread before the device reports
+ * IBV_EVENT_PORT_ERR, and the event says why the run failed.
  */
 static void *async_loop(void *arg)
 {
@@ -127,10 +138,17 @@ static void *async_loop(void *arg)
 		.fd = ctx->rc->context->async_fd,
 		.events = POLLIN,
 	};
+	int seen = 0, n;
 
-	while (!atomic_load(&ctx->stop))
-		if (read_async_event(ctx, &pfd, SLICE_MS) < 0)
+	while (!atomic_load(&ctx->stop)) {
+		n = read_async_event(ctx, &pfd, SLICE_MS);
+		if (n < 0)
 			return NULL;
+		seen += n;
+	}
+	if (atomic_load(&ctx->failed) && !seen &&
+	    read_async_event(ctx, &pfd, ASYNC_LINGER_MS) < 0)
+		return NULL;
 	while (read_async_event(ctx, &pfd, 0) > 0)
 		;
 	return NULL;
@@ -281,6 +299,8 @@ static int wait_wc(struct ev_ctx *ctx, struct ibv_wc *wc, const char *what)
 	}
 	if (wc->status != IBV_WC_SUCCESS) {
 		course_report_wc(what, wc);
+		/* The event that may explain it: see async_loop(). */
+		atomic_store(&ctx->failed, 1);
 		return -1;
 	}
 	return 0;
