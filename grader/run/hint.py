@@ -7,7 +7,10 @@ failure shown in full printed the test's first hint, unless its output
 matched the lesson's symptoms: then it showed their causes instead
 (status.json: first_failing_causes) and make hint starts at the first
 hint. A failure that was not shown in full (a later lesson of a long
-grading, a later failure of a lesson) showed no hint either."""
+grading, a later failure of a lesson) showed no hint either. Hints are
+counted per failure (its likely causes and its first line, numbers and
+paths blanked: status.json's "why"): a different failure of the same test
+starts again at the first hint."""
 
 import argparse
 import json
@@ -85,13 +88,17 @@ def main(argv):
         print(f"{test}: the course has no hint for it. {_where_to_look(name)}")
         return 0
     shown = _load(SHOWN)
-    key = f"{name}/{test}"
     # What the failure block of the last grading showed in its place.
     rec = last.get("tests", {}).get(test)
     if rec is None and test == last.get("first_failing_test"):
         rec = {"causes": last.get("first_failing_causes", []),
                "hint_shown": last.get("first_failing_hint_shown", True)}
     causes = (rec or {}).get("causes") or []
+    # Counted per failure, not per test: once one mistake is fixed, the
+    # next, different one of the same test starts at the first hint.
+    why = (rec or {}).get("why", "")
+    key = f"{name}/{test}" + (f"/{' '.join(causes)}/{why}"
+                              if causes or why else "")
     hint_seen = bool(rec and rec.get("hint_shown") and not causes)
     first = 1 if hint_seen else 0
     n = max(shown.get(key, first), first)

@@ -558,3 +558,34 @@ def test_a_pair_test_pays_only_when_its_reference_tests_passed(pair_course):
     # Graded alone (TEST=), the reference test is not held against it.
     alone = grade(pair_course, "--test", "the reference does not").stdout
     assert "the pair agrees, the reference does not ... OK" in alone, alone
+
+
+def test_make_hint_counts_per_failure_not_per_test(tmp_path, monkeypatch,
+                                                   capsys):
+    """Once one mistake is fixed, the next, different failure of the same
+    test starts at the first hint again; the same failure graded again
+    (other ports, other timings) goes on where it was."""
+    from grader.run import hint
+    from grader.session.records import failure_signature
+    monkeypatch.setattr(hint, "SHOWN", tmp_path / "hints.json")
+    monkeypatch.setattr(hint, "STATUS", tmp_path / "status.json")
+
+    def graded(output):
+        why = failure_signature({"passed": False, "output": output})
+        status = {"05-send-recv": {
+            "first_failing_test": "test_pingpong", "got": 0, "total": 38,
+            "tests": {"test_pingpong": {"passed": False, "causes": [],
+                                        "why": why, "hint_shown": True}}}}
+        (tmp_path / "status.json").write_text(json.dumps(status))
+        assert hint.main(["--lesson", "05"]) == 0
+        return capsys.readouterr().out
+
+    a1 = "pingpong --port 4242: it exited with status 1 after 0.4 s"
+    a2 = "pingpong --port 5151: it exited with status 1 after 1.2 s"
+    assert "hint 2 of" in graded(a1)            # the block showed hint 1
+    assert "hint 3 of 3" in graded(a2)          # the same failure again
+    b = "pingpong: printed no line matching /listening/ within 10 s"
+    assert "hint 2 of" in graded(b)             # another failure: afresh
+    assert failure_signature({"passed": True, "output": a1}) == ""
+    assert failure_signature({"passed": False, "output": a1}) == \
+        failure_signature({"passed": False, "output": a2})
