@@ -589,3 +589,25 @@ def test_make_hint_counts_per_failure_not_per_test(tmp_path, monkeypatch,
     assert failure_signature({"passed": True, "output": a1}) == ""
     assert failure_signature({"passed": False, "output": a1}) == \
         failure_signature({"passed": False, "output": a2})
+
+
+def test_a_failure_shows_the_programs_own_last_words():
+    """A failure whose message does not show why (a peer's verdict) gets
+    the last lines of stderr of the submission's program that failed."""
+    from grader.core import harness
+    from grader.session.plugin import own_words
+    t = harness.new_transcript()
+    r = harness.Result(["/c/build/grade/skeletons/14-srq/srq", "--port", "0"],
+                       1, "", "setup done\nreply: completion error: RNR "
+                       "retry counter exceeded (status 13)\n", 1.0, False, None)
+    t.runs.append((r, True))
+    words = own_words(t, "the reference client: the program closed the "
+                         "TCP connection")
+    assert words == ("\nsrq exited with status 1; its stderr ended:\n"
+                     "  | setup done\n  | reply: completion error: RNR "
+                     "retry counter exceeded (status 13)")
+    # Shown already, or the program did not fail: nothing added.
+    assert own_words(t, "got: reply: completion error: RNR retry counter "
+                        "exceeded (status 13)\nsetup done") == ""
+    t.runs[-1] = (harness.Result(["prog"], 0, "", "note\n", 1.0, False, None), True)
+    assert own_words(t, "a peer's verdict") == ""

@@ -9,6 +9,7 @@ transcript is saved under .grade/transcripts/ and its path printed with the
 lesson's hint. `make grade` runs this inside vm-setup/with-rxe.
 """
 
+import os
 import re
 import resource
 import time
@@ -29,6 +30,28 @@ from grader.evidence.trusted import run as peers
 from grader.evidence.sandbox import Sandbox
 
 # ---- the plugin ---------------------------------------------------------------
+
+def own_words(transcript, msg, lines=3):
+    """When the submission's last program ended in failure and the failure
+    message does not show why in its words (a reference peer's verdict, a
+    closed connection), its last lines of stderr: the program's own error
+    is often the cause ('reply: completion error: RNR retry counter
+    exceeded'). "" otherwise."""
+    runs = [r for r, student in transcript.runs if student]
+    if not runs:
+        return ""
+    r = runs[-1]
+    if not (r.timed_out or r.signal or r.returncode not in (0, None)):
+        return ""
+    tail = [x for x in r.stderr.rstrip("\n").splitlines() if x.strip()]
+    tail = tail[-lines:]
+    if not tail or all(x in msg for x in tail):
+        return ""
+    progs = [str(c) for c in r.cmd if "/build/grade/" in str(c)]
+    name = os.path.basename(progs[0] if progs else str(r.cmd[0]))
+    return (f"\n{name} {r.status()}; its stderr ended:\n"
+            + "\n".join(f"  | {x}" for x in tail))
+
 
 def pytest_addoption(parser):
     g = parser.getgroup("rdma-course grader")
@@ -328,11 +351,12 @@ class Grader:
             runs = [r for r, student in transcript.runs if student]
             if runs:
                 msg += f"\ncommand: {runs[-1].command}"
-        path = self.save_transcript(item, lesson, msg)
-        lines = [msg, f"transcript: {path}"]
         test = item.originalname or item.name
         causes = symptoms.diagnose(lesson.symptoms, test,
                                    symptoms.evidence(transcript, msg))
+        msg += own_words(transcript, msg)
+        path = self.save_transcript(item, lesson, msg)
+        lines = [msg, f"transcript: {path}"]
         self.causes[item.nodeid] = [s.id for s in causes]
         if causes:
             # What the run printed names the cause: most specific first.
