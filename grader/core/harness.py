@@ -145,6 +145,11 @@ class Result:
         self.signal = (signal_name(-returncode)
                        if returncode is not None and returncode < 0
                        and not timed_out else None)
+        # (user, system): the CPU seconds the process used, its threads
+        # and the children it waited for included, as wait4() reported
+        # them when the grader reaped it (what a shell's `time` reads);
+        # None when unknown.
+        self.cpu = None
         # `final`: a regex for the program's last line of a finished run
         # (lesson.toml [final_line]); killed after printing it, the program
         # hung while cleaning up, not while working.
@@ -288,6 +293,52 @@ def keep_trusted(pid):
         _trusted.add(pid)
 
 
+def limits_prefix(rlimits=None, empty_dirs=()):
+    """The command prefix that runs a program with `rlimits` ({name:
+    value}: prlimit(1)'s names and units, memlock in bytes, soft and hard
+    alike) and each directory of `empty_dirs` covered by an empty
+    read-only tmpfs, with util-linux's unshare and prlimit. Contained, the
+    sandbox's launcher does both itself (sandbox-exec lets its program
+    start no other program); this prefix is how an uncontained run does
+    it, and how a failure message says to reproduce such a run. Without
+    root a user namespace grants the mount."""
+    pre = []
+    if empty_dirs:
+        pre += ["unshare", "--mount",
+                *([] if os.geteuid() == 0 else ["--user", "--map-root-user"]),
+                "sh", "-c", 'for d; do [ "$d" = -- ] && break; mount -t '
+                'tmpfs -o ro none "$d" || exit 127; shift; done; shift; '
+                'exec "$@"', "sh", *map(str, empty_dirs), "--"]
+    if rlimits:
+        pre += ["prlimit", *(f"--{k}={v}" for k, v in sorted(rlimits.items())),
+                "--"]
+    return pre
+
+
+class _Popen(subprocess.Popen):
+    """A Popen that reaps its child with wait4(), keeping the child's
+    resource usage (`rusage`: the CPU time it used, as a shell's `time`
+    reports it). Popen reaps in two places, wait()'s _try_wait and
+    poll()'s _internal_poll (which takes the wait function as an
+    argument): both go through _wait4."""
+    rusage = None
+
+    def _wait4(self, pid, flags):
+        pid, sts, usage = os.wait4(pid, flags)
+        if pid:
+            self.rusage = usage
+        return pid, sts
+
+    def _try_wait(self, wait_flags):
+        try:
+            return self._wait4(self.pid, wait_flags)
+        except ChildProcessError:
+            return self.pid, 0          # as Popen's own: the status is lost
+
+    def _internal_poll(self, _deadstate=None, **kw):
+        return super()._internal_poll(_deadstate, _waitpid=self._wait4)
+
+
 def _kill_group(proc):
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -299,8 +350,12 @@ class Proc:
     """A running program in its own process group (see start())."""
 
     def __init__(self, cmd, env=None, cwd=None, timeout=DEFAULT_TIMEOUT,
-                 sandbox=None, on_result=None, final=None, spawn=None):
-        self.cmd = [str(c) for c in cmd]
+                 sandbox=None, on_result=None, final=None, spawn=None,
+                 rlimits=None, empty_dirs=()):
+        cmd = [str(c) for c in cmd]
+        # What messages show: the command as one would type it, its
+        # limits and hidden directories as a prefix (limits_prefix).
+        self.cmd = [*limits_prefix(rlimits, empty_dirs), *cmd]
         self.final = final
         self.timeout = timeout
         self.on_result = on_result
@@ -319,13 +374,14 @@ class Proc:
         if full_env and full_env.get("VERBS_SPY_FD", "").isdigit():
             fds = (int(full_env["VERBS_SPY_FD"]),)
         if sandbox is not None:
-            argv, cwd, full_env = sandbox.wrap(self.cmd, full_env)
+            argv, cwd, full_env = sandbox.wrap(cmd, full_env, rlimits,
+                                               empty_dirs)
         try:
             # `spawn`: another way to start the same command (a forking
             # server's), or None when it cannot; a Popen look-alike.
             self.proc = spawn(argv, full_env, cwd) if spawn else None
             if self.proc is None:
-                self.proc = subprocess.Popen(
+                self.proc = _Popen(
                     argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, env=full_env, cwd=cwd,
                     start_new_session=True, pass_fds=fds)
@@ -425,6 +481,9 @@ class Proc:
                              time.monotonic() - self.start_time, timed_out,
                              timeout if waited is None else waited,
                              final=self.final)
+        usage = getattr(self.proc, "rusage", None)
+        if usage is not None:
+            self.result.cpu = (usage.ru_utime, usage.ru_stime)
         if self.out.abandoned or self.err.abandoned:
             # Not a failure by itself; the transcript says why the output
             # was not read to its end.
@@ -451,13 +510,16 @@ class Proc:
 
 
 def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
-          input=None, sandbox=None, on_result=None, final=None, spawn=None):
+          input=None, sandbox=None, on_result=None, final=None, spawn=None,
+          rlimits=None, empty_dirs=()):
     """Start `cmd` in its own process group (inside `sandbox`, a
     grader.evidence.sandbox.Sandbox, when given; through `spawn`, see
-    Proc, when given); when `ready` is a regex, wait for it on stdout
+    Proc, when given; with `rlimits` and `empty_dirs`, see
+    limits_prefix); when `ready` is a regex, wait for it on stdout
     first. Use as a context manager."""
     p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox,
-             on_result=on_result, final=final, spawn=spawn)
+             on_result=on_result, final=final, spawn=spawn, rlimits=rlimits,
+             empty_dirs=empty_dirs)
     p.feed(input)
     if ready:
         try:
@@ -469,11 +531,12 @@ def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
 
 
 def run(cmd, timeout=DEFAULT_TIMEOUT, input=None, env=None, cwd=None,
-        sandbox=None, final=None, spawn=None):
+        sandbox=None, final=None, spawn=None, rlimits=None, empty_dirs=()):
     """Run `cmd` to completion (killed at `timeout`, inside `sandbox` when
-    given); the Result."""
+    given, with `rlimits` and `empty_dirs`, see limits_prefix); the
+    Result."""
     p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox,
-             final=final, spawn=spawn)
+             final=final, spawn=spawn, rlimits=rlimits, empty_dirs=empty_dirs)
     p.feed(input)
     return p.wait()
 

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from grader.core import procs
 from grader.core.build import grader_program
+from grader.core.harness import limits_prefix
 
 STUDENT_UID = 64000
 STUDENT_GID = 64000
@@ -152,9 +153,17 @@ class Containment:
             except OSError:
                 time.sleep(0.02)
 
-    def argv(self, cgroup, cwd, cmd):
-        """The launcher's command line that runs `cmd` contained."""
-        return [str(self.launcher), str(cgroup or self.base),
+    def argv(self, cgroup, cwd, cmd, rlimits=None, empty_dirs=()):
+        """The launcher's command line that runs `cmd` contained: with
+        `rlimits` ({name: value}, see harness.limits_prefix) and each of
+        `empty_dirs` covered by an empty read-only tmpfs in a mount
+        namespace of its own."""
+        opts = []
+        for name, value in sorted((rlimits or {}).items()):
+            opts += ["--rlimit", f"{name}={value}"]
+        for d in empty_dirs:
+            opts += ["--empty-dir", str(d)]
+        return [str(self.launcher), *opts, str(cgroup or self.base),
                 str(self.nsfile), str(cwd), str(STUDENT_UID),
                 str(STUDENT_GID), "--", *cmd]
 
@@ -272,22 +281,27 @@ class Sandbox:
 
     # ---- per program --------------------------------------------------------------
 
-    def wrap(self, cmd, env):
-        """(argv, cwd, env) that run `cmd` inside the sandbox. Contained,
+    def wrap(self, cmd, env, rlimits=None, empty_dirs=()):
+        """(argv, cwd, env) that run `cmd` inside the sandbox, with
+        `rlimits` and `empty_dirs` (harness.limits_prefix). Contained,
         every argument and LD_PRELOAD entry that is a file of the course
         tree (a lesson's program, the interposer) becomes the stage's copy
-        of it: the sandbox's user cannot see the tree."""
+        of it: the sandbox's user cannot see the tree; sandbox-exec sets
+        the limits and covers the directories. Uncontained, prlimit and
+        unshare do."""
         cwd = self.scratch or self.scratch_root
         env = dict(env if env is not None else os.environ)
         env["HOME"] = str(cwd)
         env.pop("TMPDIR", None)
         if not self.contained:
-            return list(cmd), str(cwd), env
+            return ([*limits_prefix(rlimits, empty_dirs), *cmd], str(cwd),
+                    env)
         cmd = [self._staged(str(c)) for c in cmd]
         if env.get("LD_PRELOAD"):
             env["LD_PRELOAD"] = " ".join(
                 self._staged(x) for x in env["LD_PRELOAD"].split())
-        return self.containment.argv(self.cgroup, cwd, cmd), "/", env
+        return (self.containment.argv(self.cgroup, cwd, cmd, rlimits,
+                                      empty_dirs), "/", env)
 
     def _staged(self, arg):
         """The stage's copy of `arg` when it names a file of the course

@@ -42,7 +42,7 @@ import shutil
 import pytest
 
 from grader import GradeFailure, expect, expect_match, points
-from grader.core.harness import leak_checker
+from grader.core.harness import leak_checker, limits_prefix
 from grader.evidence.interpose import Spy, build_interposer, parse_int
 
 FLAGS = {"local_write": 1, "remote_write": 2, "remote_read": 4,
@@ -64,14 +64,16 @@ def spy_lib(build):
     return build_interposer(build.course)
 
 
-def _spied(build, spy_lib, prog, *args, wrap=(), env=None):
+def _spied(build, spy_lib, prog, *args, wrap=(), env=None, rlimits=None):
     """Run @prog under the interposer: (Result, Spy, how to reproduce)."""
     spy = Spy(spy_lib)
     env = dict(env or {})
     env.update(spy.env, LD_PRELOAD=" ".join(
         x for x in (env.get("LD_PRELOAD"), str(spy_lib)) if x))
-    how = " ".join([*wrap, spy.describe(), build.command(prog, *args)])
-    return build.run(prog, *args, wrap=wrap, env=env, timeout=120), spy, how
+    how = " ".join([spy.describe(), *limits_prefix(rlimits), *wrap,
+                    build.command(prog, *args)])
+    return build.run(prog, *args, wrap=wrap, env=env, timeout=120,
+                     rlimits=rlimits), spy, how
 
 
 def _registered(spy, how, ok=True):
@@ -147,27 +149,30 @@ def test_remote_write_needs_local_write(build, rdma, spy_lib):
                      f"must name local_write)")
 
 
-def _limited(build, limit_kib):
-    """A wrapper running the program without CAP_IPC_LOCK under
-    `ulimit -l limit_kib` (as nobody when it would run as root: root ignores
-    the limit)."""
-    shell = ["bash", "-c", f'ulimit -l {limit_kib} && exec "$0" "$@"']
+# `ulimit -l 64`: set by the sandbox's launcher (prlimit uncontained).
+MEMLOCK_64K = {"memlock": 64 * 1024}
+
+
+def _unprivileged(build):
+    """The program must run without CAP_IPC_LOCK (root ignores the memlock
+    limit): a wrapper that makes it nobody when it would run as root (an
+    uncontained grader run by root; the sandbox drops root itself)."""
     if not build.as_root:
-        return shell
-    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-            "--inh-caps=-all", "--bounding-set=-all", *shell]
+        return ()
+    return ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all")
 
 
 @points(3, "beyond the memlock limit: refused (ENOMEM), names ulimit -l")
 def test_memlock_limit(build, rdma, spy_lib):
-    wrap = _limited(build, 64)
+    wrap = _unprivileged(build)
     small = ("-s", "16K")
-    small_cmd = " ".join([*wrap, build.command("reg_mr", *small)])
-    res = build.run("reg_mr", *small, wrap=wrap)
+    res = build.run("reg_mr", *small, wrap=wrap, rlimits=MEMLOCK_64K)
     res.ok(f"under a 64 KiB memlock limit, 16 KiB must still register: "
-           f"{small_cmd}")
+           f"{res.command}")
     big = ("-s", "1M")
-    res, spy, big_cmd = _spied(build, spy_lib, "reg_mr", *big, wrap=wrap)
+    res, spy, big_cmd = _spied(build, spy_lib, "reg_mr", *big, wrap=wrap,
+                               rlimits=MEMLOCK_64K)
     res.fails(1, big_cmd)
     refused = _registered(spy, big_cmd, ok=False)
     expect((int(refused["len"]), int(refused["errno"])), (1 << 20, 12),

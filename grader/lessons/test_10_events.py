@@ -63,10 +63,6 @@ PROG = "events"
 T = "30"
 CPU_RE = (r"^cpu: (\d+\.\d{3}) s user, (\d+\.\d{3}) s system in "
           r"(\d+\.\d{3}) s \(mode (poll|event)\)$")
-# bash's `time` keyword around the program: its CPU time, measured by the
-# grader's shell after the program has exited (last line of stderr).
-TIMED = ["bash", "-c", 'TIMEFORMAT="grader-time %3U %3S"; time "$0" "$@"']
-TIMED_RE = r"^grader-time (\d+\.\d{3}) (\d+\.\d{3})$"
 
 
 def _args(mode, iters, size, t=T):
@@ -199,24 +195,6 @@ PACE_MS = 200
 CPU_RATIO = 1 / 3
 
 
-def _child(pid):
-    """The one child of `pid` (the program under bash's `time`)."""
-    try:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        if kids:
-            return int(kids[0])
-    except (OSError, ValueError):
-        pass
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            return int(stat.parent.name)
-    return None
-
-
 def _cpu_ns(pid):
     """CPU time used so far by every live thread of `pid`, in ns (the
     first field of schedstat: the scheduler's own sum, the clock
@@ -231,21 +209,21 @@ def _cpu_ns(pid):
 
 
 def _timed_client(build, rdma, mode):
-    """The program in `mode` under bash's `time`, as the client of the
-    paced reference server, under the interposer: a dict of its Result,
-    its CPU time in s from its first ibv_post_send() to its last
-    completion (window), its CPU time at 'connected' as /proc showed it
-    (at0, None when unknown), the wall time from 'connected' to
-    'verified', and bash's total for the whole process."""
+    """The program in `mode` as the client of the paced reference server,
+    under the interposer: a dict of its Result, its CPU time in s from its
+    first ibv_post_send() to its last completion (window), its CPU time at
+    'connected' as /proc showed it (at0, None when unknown), the wall time
+    from 'connected' to 'verified', and its total for the whole process
+    (wait4()'s when the grader reaped it, what bash's `time` reports:
+    the program may start no wrapper's exec, see sandbox.py)."""
     args = _args(mode, str(CPU_ITERS), "64")
     spy = Spy(build_interposer(build.course))
     with start_server("05", *_peer_opts(str(CPU_ITERS), "64"),
                       "--pace-ms", PACE_MS, timeout=PEER_START) as ref:
         with build.start(PROG, "--port", ref.port, *args, peer_host(rdma),
-                         wrap=TIMED, ready=r"^connected$",
-                         env=spy.env) as client:
-            pid = _child(client.proc.pid)
-            at0, w0 = _cpu_ns(pid) if pid else None, time.monotonic()
+                         ready=r"^connected$", env=spy.env) as client:
+            # The program itself: sandbox-exec executes it in its place.
+            at0, w0 = _cpu_ns(client.proc.pid), time.monotonic()
             if "verified" in client.out.text():
                 # Read a whole ping-pong late (CPU_ITERS x PACE_MS): not
                 # a reading from before the cpu: line.
@@ -306,11 +284,12 @@ CPU_SLACK = 0.005
 @points(1, "the cpu: line reports the program's own CPU time (getrusage)")
 def test_cpu_reported(cpu_runs):
     # getrusage() at the cpu: line lies between the grader's reading at
-    # 'connected' (a paced ping-pong earlier) and bash's total for the
-    # whole process: one clock (the scheduler's sum over the threads) read
-    # earlier and later, so the slack is the rounding, not a speed. (The
-    # reading at 'verified' may come after the cpu: line when the grader
-    # is slow to wake: it is no bound.)
+    # 'connected' (a paced ping-pong earlier) and the total for the whole
+    # process that wait4() gave the grader when it reaped it: one clock
+    # (the scheduler's sum over the threads) read earlier and later, so the
+    # slack is the rounding, not a speed. (The reading at 'verified' may
+    # come after the cpu: line when the grader is slow to wake: it is no
+    # bound.)
     for mode, run in cpu_runs.items():
         res, total, low = run["res"], run["total"], run["at0"] or 0
         m = expect_match(res.stdout, CPU_RE, f"client stdout (--mode {mode})")
@@ -320,19 +299,17 @@ def test_cpu_reported(cpu_runs):
             raise GradeFailure(
                 f"client --mode {mode}: its cpu: line says {said:.3f} s "
                 f"(user + system); the grader read {low:.3f} s in /proc at "
-                f"its 'connected' line and bash's time measured "
+                f"its 'connected' line and wait4() reported "
                 f"{total:.3f} s for the whole process\n  {m.group(0)}\n"
                 f"(getrusage(RUSAGE_SELF) after the ping-pong must lie "
                 f"between the two)")
 
 
 def _cpu(res, what):
-    lines = res.stderr.strip().splitlines()
-    m = re.match(TIMED_RE, lines[-1]) if lines else None
-    if not m:
-        raise GradeFailure(f"{what}: no CPU time from bash's time (a "
-                           f"grader problem)\n{res.describe()}")
-    return float(m.group(1)) + float(m.group(2))
+    if res.cpu is None:
+        raise GradeFailure(f"{what}: no CPU time from wait4() (a grader "
+                           f"problem)\n{res.describe()}")
+    return sum(res.cpu)
 
 
 # ---- async events and errors -------------------------------------------------

@@ -21,8 +21,9 @@ the README specifies from tshark's fields for that frame.
 - The questions: roce_dump --answers against what tshark finds in the
   recordings (no key: the captures are the evidence).
 
-roce_dump runs without the right to start a process (prlimit --nproc=0 in
-the sandbox): a dump made by tshark or a script is not the program's own.
+roce_dump runs without the right to start a process (its nproc limit is 0;
+and in the sandbox no program may execve() another): a dump made by tshark
+or a script is not the program's own.
 """
 
 import functools
@@ -43,7 +44,7 @@ from grader.evidence import wire
 from grader.evidence.trusted.run import REMOTE
 
 PROG = "roce_dump"
-NOPROC = ("prlimit", "--nproc=0")
+NOPROC = {"nproc": 0}            # no fork: roce_dump cannot start tshark
 A, B = "192.0.2.1", "192.0.2.2"
 SUMMARY = re.compile(r"^(\d+) frames: (\d+) RoCE packets, (\d+) malformed, "
                      r"(\d+) other$")
@@ -224,7 +225,7 @@ class Dump:
         self.path = keep            # for messages: the run's copy is gone
         self.repro = build.command(PROG, str(keep))
         self.categories = categories or {}
-        self.res = build.run(PROG, str(path), wrap=NOPROC, timeout=60)
+        self.res = build.run(PROG, str(path), rlimits=NOPROC, timeout=60)
         self.lines = {}
         for line in self.res.stdout.splitlines():
             m = re.match(r"^(\d+) ", line)
@@ -356,7 +357,7 @@ def test_malformed(synth):
 
 def _bad_file(build, request, name, blob):
     run, keep = _keep(build, request, name, blob)
-    return build.run(PROG, str(run), wrap=NOPROC, timeout=30), keep
+    return build.run(PROG, str(run), rlimits=NOPROC, timeout=30), keep
 
 
 @points(2, "files libpcap cannot read to the end: one line, exit 1")
