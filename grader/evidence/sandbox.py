@@ -18,7 +18,14 @@ root), every program a test starts through the `build` fixture:
   - lives in the test's cgroup: when the test ends, everything in it is
     killed (cgroup.kill), double-forked and setsid() daemons included;
   - has a per-test scratch directory as its working directory and HOME, the
-    one place of the grader's it may write; it is deleted after the test.
+    one place of the grader's it may write; it is deleted after the test;
+  - is the last program sandbox-exec starts: a seccomp filter refuses every
+    later execve()/execveat() (EPERM), its own and its children's. A
+    program that became another one would keep its PID, and the kernel
+    would name it as the owner of the other program's QPs. So no wrapper
+    runs in the sandbox: the limits and hidden directories a test asks
+    for (rlimits, empty_dirs) are sandbox-exec's options, its CPU time is
+    wait4()'s (harness.Result.cpu).
 
 Otherwise (an ordinary user on the native backend) programs run as that
 user, in their own session, with the scratch directory as working directory;
@@ -157,7 +164,9 @@ class Containment:
         """The launcher's command line that runs `cmd` contained: with
         `rlimits` ({name: value}, see harness.limits_prefix) and each of
         `empty_dirs` covered by an empty read-only tmpfs in a mount
-        namespace of its own."""
+        namespace of its own. `cmd` is the last program it runs: its
+        seccomp filter refuses every later execve() (sandbox-exec.c), so a
+        wrapper that execs `cmd` in turn cannot run in it."""
         opts = []
         for name, value in sorted((rlimits or {}).items()):
             opts += ["--rlimit", f"{name}={value}"]
@@ -286,9 +295,9 @@ class Sandbox:
         `rlimits` and `empty_dirs` (harness.limits_prefix). Contained,
         every argument and LD_PRELOAD entry that is a file of the course
         tree (a lesson's program, the interposer) becomes the stage's copy
-        of it: the sandbox's user cannot see the tree; sandbox-exec sets
-        the limits and covers the directories. Uncontained, prlimit and
-        unshare do."""
+        of it: the sandbox's user cannot see the tree; and `cmd` may start
+        no other program (Containment.argv). Uncontained, prlimit and
+        unshare set the limits and cover the directories."""
         cwd = self.scratch or self.scratch_root
         env = dict(env if env is not None else os.environ)
         env["HOME"] = str(cwd)
@@ -360,8 +369,9 @@ def _enterable(path):
 def check(course, where):
     """make doctor's proof that grading can run a program here: a copy of
     /bin/sh in this checkout's build directory, run through the sandbox as
-    a lesson's program is. Prints one PASS or FAIL line (with the fix);
-    returns 0 when it ran as it must."""
+    a lesson's program is (contained: as the sandbox's user, the course
+    tree hidden, unable to start /bin/true). Prints one PASS or FAIL line
+    (with the fix); returns 0 when it ran as it must."""
     course = Path(course)
     probe = course / "build" / "doctor" / "probe-sh"
     probe.parent.mkdir(parents=True, exist_ok=True)
@@ -370,9 +380,12 @@ def check(course, where):
     sb = Sandbox(course)
     try:
         sb.begin_test("doctor")
+        # Builtins only: contained, the shell can start no other program.
         argv, cwd, env = sb.wrap(
-            [str(probe), "-c", 'id -u; [ -e "$1/grader" ] && echo sees-course'
-             '; exit 0', "probe", str(course)], None)
+            [str(probe), "-c", 'while read -r k v _; do [ "$k" = Uid: ] && '
+             'echo "$v"; done </proc/self/status; [ -e "$1/grader" ] && '
+             'echo sees-course; (exec /bin/true) 2>/dev/null && '
+             'echo runs-programs; exit 0', "probe", str(course)], None)
         res = subprocess.run(argv, cwd=cwd, env=env, capture_output=True,
                              text=True, timeout=60)
     finally:
@@ -380,14 +393,20 @@ def check(course, where):
     out = res.stdout.split()
     how = f"{where}, {'contained' if sb.contained else 'uncontained'}"
     want_uid = str(STUDENT_UID if sb.contained else os.geteuid())
+    escaped = {"sees-course", "runs-programs"} & set(out)
     if res.returncode == 0 and out[:1] == [want_uid] and \
-            (not sb.contained or "sees-course" not in out):
-        what = ("as the sandbox's user, with the course tree hidden"
+            (not sb.contained or not escaped):
+        what = ("as the sandbox's user, with the course tree hidden, "
+                "starting no other program"
                 if sb.contained else f"as you ({sb.why_not})")
         print(f"PASS  sandbox ({how}): a program of {probe.parent} ran {what}")
         return 0
     why = (res.stderr.strip() or res.stdout.strip() or
            f"exit {res.returncode}").splitlines()[-1]
+    if res.returncode == 0 and out[:1] == [want_uid] and "sees-course" in out:
+        why = "it could see the course tree"
+    elif res.returncode == 0 and out[:1] == [want_uid]:
+        why = "it could start another program (/bin/true)"
     print(f"FAIL  sandbox ({how}): a program of {probe.parent} did not run "
           f"as graded programs must: {why}\n"
           f"      fix: report it with this line (python3 -m grader "
