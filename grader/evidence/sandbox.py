@@ -37,6 +37,7 @@ Trusted processes (the course's reference peers, `rdma resource show`) are
 started with harness.run()/start() directly and are not sandboxed.
 """
 
+import contextlib
 import ctypes
 import fcntl
 import os
@@ -79,13 +80,21 @@ class Containment:
             raise
 
     def _cgroup(self):
+        # Mounted once, under the lock: the shards of a grading start side
+        # by side, both found no cgroup2 (the micro-VM mounts none), the
+        # second mount failed (status 32: busy), and that shard ran its
+        # programs uncontained, as root: the hostile submissions wrote
+        # into the checkout (test_hostile.py, through the warm grader).
         cg = procs.cgroup2_root()
         if cg is None:
-            Path("/sys/fs/cgroup").mkdir(exist_ok=True)
-            subprocess.run(["mount", "-t", "cgroup2", "cgroup2",
-                            "/sys/fs/cgroup"], check=True,
-                           capture_output=True)
-            cg = Path("/sys/fs/cgroup")
+            with _mount_lock():
+                cg = procs.cgroup2_root()
+                if cg is None:
+                    Path("/sys/fs/cgroup").mkdir(exist_ok=True)
+                    subprocess.run(["mount", "-t", "cgroup2", "cgroup2",
+                                    "/sys/fs/cgroup"], check=True,
+                                   capture_output=True)
+                    cg = Path("/sys/fs/cgroup")
         base = cg / f"rdma-grade.{os.getpid()}"
         base.mkdir(exist_ok=True)
         if not (base / "cgroup.kill").exists():
@@ -101,11 +110,7 @@ class Containment:
         # lost, in make bench-stability under load). The lock makes the
         # look and the mount one step.
         STATE.mkdir(mode=0o700, exist_ok=True)
-        # (root's alone: a program could not hold it even for its session)
-        fd = os.open(STATE.parent / f"{STATE.name}.lock",
-                     os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        with open(fd, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with _mount_lock():
             if str(STATE) not in {p for p, _ in procs.mounts()}:
                 subprocess.run(["mount", "--bind", STATE, STATE], check=True,
                                capture_output=True)
@@ -338,6 +343,18 @@ class Sandbox:
             os.replace(tmp, dest)
             self.staged[real] = (st.st_mtime_ns, st.st_size)
         return str(dest)
+
+
+@contextlib.contextmanager
+def _mount_lock():
+    """The grader's mounts are looked for and made under this lock (a
+    file of root's alone: a program could not hold it even for its
+    session): sessions start side by side."""
+    fd = os.open(STATE.parent / f"{STATE.name}.lock",
+                 os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with open(fd, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _inside(path, top):
