@@ -38,6 +38,7 @@ import collections
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -46,6 +47,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import tomllib
 
@@ -103,6 +105,23 @@ def resolve(sub, work, deadline):
     note = "no git history: DEADLINE not applied" if deadline else ""
     src = sub / "skeletons" if (sub / "skeletons").is_dir() else sub
     return src, "", "", note
+
+
+# A tree whose path has another character (a space: "ann lee/") is graded
+# from a copy: the build reads the compiler's dependency lists, which
+# split at spaces, and names its directory after the path.
+SAFE_PATH = re.compile(r"[A-Za-z0-9._/+-]+")
+
+
+def safe_copy(src, dst):
+    """@src's lesson directories (NN-topic/) copied to @dst (a path of
+    SAFE_PATH's characters); @dst."""
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    for d in sorted(src.glob("[0-9][0-9]-*")):
+        if d.is_dir() and not d.is_symlink():
+            shutil.copytree(d, dst / d.name, symlinks=True)
+    return dst
 
 
 def changed_lessons(src, names):
@@ -179,7 +198,8 @@ def _wait_for(path, secs):
 def run_batch(spec_path):
     """python3 -m grader class-run SPEC: grade the batch SPEC describes,
     printing `class-run: begin NAME` and `class-run: end NAME rc=N
-    killed=0|1 secs=S` for each: one session forked per submission
+    killed=0|1 secs=S` for each (NAME %-quoted: a student's directory
+    may have spaces): one session forked per submission
     (grader/session/forked.py)."""
     spec = json.loads(Path(spec_path).read_text())
     os.chdir(COURSE)
@@ -190,14 +210,14 @@ def run_batch(spec_path):
         out = Path(item["out"])
         out.mkdir(parents=True, exist_ok=True)
         if not _wait_for(Path(item["built"]), BUILD_WAIT):
-            print(f"class-run: lost {item['name']}: its builds did not "
+            print(f"class-run: lost {quote(item['name'])}: its builds did not "
                   f"come within {BUILD_WAIT} s", flush=True)
             continue
         args = pytest_args(item["src"], out / "results.json",
                            lesson=item["lesson"], junit=out / "junit.xml",
                            transcripts=out / "transcripts")
         args.append(f"--summary={out / 'summary.json'}")
-        print(f"class-run: begin {item['name']}", flush=True)
+        print(f"class-run: begin {quote(item['name'])}", flush=True)
         cg = forked.session_cgroup(group, f"s{n}")
         t0 = time.monotonic()
         pid = forked.fork_session(args, cgroup=cg,
@@ -216,7 +236,7 @@ def run_batch(spec_path):
                 break
             time.sleep(0.1)
         forked.end_session(pid, cg)
-        print(f"class-run: end {item['name']} rc={rc} killed={killed} "
+        print(f"class-run: end {quote(item['name'])} rc={rc} killed={killed} "
               f"secs={time.monotonic() - t0:.1f}", flush=True)
     root = procs.cgroup2_root()
     if os.geteuid() == 0 and root is not None:
@@ -298,12 +318,12 @@ class ClassRun:
                 if line.startswith("class-run: ready"):
                     ready = True
                 elif line.startswith("class-run: begin") and len(w) >= 3:
-                    begun = w[2]
+                    begun = unquote(w[2])
                 elif line.startswith("class-run: end") and len(w) >= 5:
                     kv = dict(x.split("=", 1) for x in w[3:] if "=" in x)
-                    ended[w[2]] = kv
+                    ended[unquote(w[2])] = kv
                     begun = None
-                    sub = byname[w[2]]
+                    sub = byname[unquote(w[2])]
                     if not self.book.finish(sub, where / sub.name,
                                        kv.get("rc"), kv.get("killed") == "1"):
                         self_infra.append(sub)
@@ -396,11 +416,20 @@ class ClassRun:
         self.book.total = len(subs)
         skipped = 0
         try:
-            for sub in subs:
+            for n, sub in enumerate(subs):
                 old = self.book.old_row(sub.name)
                 sub.src, sub.commit, sub.when, sub.note = resolve(
                     sub.path, self.work / "trees" / sub.name,
                     self.args.deadline)
+                if sub.src and not SAFE_PATH.fullmatch(str(sub.src)):
+                    try:
+                        sub.src = safe_copy(sub.src, self.work / "safe" / (
+                            f"{n:04d}-" + re.sub(r"[^A-Za-z0-9._+-]", "_",
+                                                 sub.name)))
+                    except OSError as e:    # (shutil.Error is one)
+                        sub.note = "; ".join(x for x in (
+                            sub.note, f"not copied to a path without "
+                            f"spaces ({str(e)[:200]})") if x)
                 if old and not self.args.force and old["status"] in DONE \
                         and old.get("commit", "") == sub.commit:
                     self.book.keep(sub.name, old)

@@ -6,6 +6,7 @@ progress line."""
 import collections
 import csv
 import datetime
+import html
 import json
 import shutil
 import sys
@@ -15,6 +16,26 @@ from pathlib import Path
 
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 ROSTER_DIR_COLUMNS = ("Submission", "Directory", "Login")
+
+
+def _repath(path, old, new):
+    """Rewrite directory @old to @new in the file @path, as that file's
+    format spells a path (JSON string, XML text or attribute, plain)."""
+    if path.suffix == ".json":
+        spell = [lambda s: json.dumps(s)[1:-1]]
+    elif path.suffix == ".xml":
+        spell = [str, lambda s: html.escape(s, quote=False),
+                 lambda s: html.escape(s, quote=True)]
+    else:
+        spell = [str]
+    try:
+        text = orig = path.read_text()
+        for f in spell:
+            text = text.replace(f(str(old)), f(str(new)))
+        if text != orig:
+            path.write_text(text)
+    except (OSError, UnicodeDecodeError):
+        pass
 
 
 class Gradebook:
@@ -84,6 +105,9 @@ class Gradebook:
         for f in ("results.json", "junit.xml", "summary.json", "console.log"):
             if (where / f).exists():
                 shutil.copyfile(where / f, d / f)
+                # The session wrote into a batch directory that goes: the
+                # transcripts it names are in OUT/<student>/ from now on.
+                _repath(d / f, where, d)
         shutil.rmtree(d / "transcripts", ignore_errors=True)
         if (where / "transcripts").is_dir():
             shutil.copytree(where / "transcripts", d / "transcripts")
