@@ -34,9 +34,12 @@
 #   make student-repo OUT=DIR   the students' repository: no solutions (INSTRUCTORS.md)
 #   make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME]
 #                        [PRELAB=NN=ISO-TIME] [FORCE=1] [ROSTER=FILE] [BATCH=N] [TIMEOUT=S]
-#                        grade a class into OUT/gradebook.csv (INSTRUCTORS.md);
-#                        PRELAB: lesson NN's pre-lab (09: the predictions) at
-#                        the last commit before its own, earlier deadline
+#                        grade a class into OUT/gradebook.csv and its report,
+#                        OUT/report.html (INSTRUCTORS.md); PRELAB: lesson NN's
+#                        pre-lab (09: the predictions) at the last commit before
+#                        its own, earlier deadline
+#   make class-report OUT=DIR   rebuild OUT/report.html (scores, the tests failed
+#                        most, their symptoms) from a graded class, no regrading
 #   make bench-class     submissions per minute, JOBS=1 and JOBS=2, 8 submissions
 #   make gradescope [LESSON=NN] [TEST=NAME|TEST='!NAME']  build/gradescope/autograder.zip
 #                        (INSTRUCTORS.md); TEST: an assignment of those tests only
@@ -72,7 +75,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
 .PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-stability bench-latency bench-bw bench-kv deps clean \
-	student-repo grade-class bench-class gradescope vm-kernel-update vm-cache-export vm-cache-import bench-arm64
+	student-repo grade-class class-report bench-class gradescope vm-kernel-update vm-cache-export vm-cache-import bench-arm64
 
 comma := ,
 grade:
@@ -182,6 +185,10 @@ grade-class:
 		$(if $(PRELAB),--prelab='$(PRELAB)') \
 		$(if $(filter 1,$(FORCE)),--force) $(if $(ROSTER),--roster='$(abspath $(ROSTER))') \
 		$(if $(BATCH),--batch='$(BATCH)') $(if $(TIMEOUT),--timeout='$(TIMEOUT)')
+
+class-report:
+	@$(if $(OUT),,$(error usage: make class-report OUT=DIR (a directory make grade-class wrote)))
+	@$(PYTHON) -m grader.classroom.report '$(abspath $(OUT))'
 
 bench-class:
 	@grader/classroom/bench-class.sh

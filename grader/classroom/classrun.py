@@ -27,7 +27,8 @@ lesson on the host (grader/core/build.py), then pytest with the grader plugin an
 
 Per student, OUT/<student>/ holds results.json (Gradescope's shape),
 junit.xml, summary.json, console.log (what make grade would have printed),
-transcripts/ and row.json; OUT/gradebook.csv has one row per student. A
+transcripts/ and row.json; OUT/gradebook.csv has one row per student and
+OUT/report.html the class report (report.py). A
 re-run keeps rows already graded (same commit) unless --force. An
 infrastructure failure (the VM did not boot, the grader died) is retried
 once, then marked infra-error: never scored as the student's 0.
@@ -376,6 +377,16 @@ class ClassRun:
                        f"{why}; tried twice, not scored "
                        f"(see {self.out / 'infra-logs'})")
 
+    def report(self):
+        """OUT/report.html, rebuilt from everything OUT holds (rows
+        kept from an earlier run too)."""
+        from grader.classroom import report
+        try:
+            report.build(self.out)
+        except Exception as e:      # noqa: BLE001 - the grades stand
+            print(f"class report: failed ({e!r}): make class-report "
+                  f"OUT={self.out} builds it again", file=sys.stderr)
+
     def worker(self, jobno):
         while True:
             with self.lock:
@@ -475,6 +486,7 @@ class ClassRun:
         self.book.write_gradebook()
         if self.args.roster:
             self.book.write_canvas(Path(self.args.roster))
+        self.report()
         bad = sum(1 for r in self.book.rows.values() if r["status"] == "infra-error")
         print(f"gradebook: {self.out / 'gradebook.csv'}"
               + (f" ({bad} infra-error: run again to retry them)" if bad
