@@ -34,12 +34,16 @@
 #   make student-repo OUT=DIR   the students' repository: no solutions (INSTRUCTORS.md)
 #   make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME]
 #                        [PRELAB=NN=ISO-TIME] [FORCE=1] [ROSTER=FILE] [BATCH=N] [TIMEOUT=S]
+#                        [SIMILARITY=1]
 #                        grade a class into OUT/gradebook.csv and its report,
 #                        OUT/report.html (INSTRUCTORS.md); PRELAB: lesson NN's
 #                        pre-lab (09: the predictions) at the last commit before
-#                        its own, earlier deadline
+#                        its own, earlier deadline; SIMILARITY=1: make similarity too
 #   make class-report OUT=DIR   rebuild OUT/report.html (scores, the tests failed
 #                        most, their symptoms) from a graded class, no regrading
+#   make similarity SUBMISSIONS=DIR [OUT=DIR] [LESSON=..] [DEADLINE=ISO-TIME]
+#                        [THRESHOLD=50] [MIN_TOKENS=60]  similar submissions (sim_c,
+#                        the skeleton's code left out): a list to read, no penalty
 #   make bench-class     submissions per minute, JOBS=1 and JOBS=2, 8 submissions
 #   make gradescope [LESSON=NN] [TEST=NAME|TEST='!NAME']  build/gradescope/autograder.zip
 #                        (INSTRUCTORS.md); TEST: an assignment of those tests only
@@ -75,7 +79,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
 .PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-stability bench-latency bench-bw bench-kv deps clean \
-	student-repo grade-class class-report bench-class gradescope vm-kernel-update vm-cache-export vm-cache-import bench-arm64
+	student-repo grade-class class-report similarity bench-class gradescope vm-kernel-update vm-cache-export vm-cache-import bench-arm64
 
 comma := ,
 grade:
@@ -177,18 +181,29 @@ FORCE   ?=
 ROSTER  ?=
 BATCH   ?=
 TIMEOUT ?=
+SIMILARITY ?=
 grade-class:
-	@$(if $(and $(SUBMISSIONS),$(OUT)),,$(error usage: make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME] [PRELAB=NN=ISO-TIME] [FORCE=1] [ROSTER=FILE]))
+	@$(if $(and $(SUBMISSIONS),$(OUT)),,$(error usage: make grade-class SUBMISSIONS=DIR OUT=DIR [JOBS=N] [LESSON=..] [DEADLINE=ISO-TIME] [PRELAB=NN=ISO-TIME] [FORCE=1] [ROSTER=FILE] [SIMILARITY=1]))
 	@$(PYTHON) -m grader grade-class --submissions='$(abspath $(SUBMISSIONS))' \
 		--out='$(abspath $(OUT))' --jobs='$(JOBS)' \
 		$(if $(LESSON),--lesson='$(LESSON)') $(if $(DEADLINE),--deadline='$(DEADLINE)') \
 		$(if $(PRELAB),--prelab='$(PRELAB)') \
 		$(if $(filter 1,$(FORCE)),--force) $(if $(ROSTER),--roster='$(abspath $(ROSTER))') \
-		$(if $(BATCH),--batch='$(BATCH)') $(if $(TIMEOUT),--timeout='$(TIMEOUT)')
+		$(if $(BATCH),--batch='$(BATCH)') $(if $(TIMEOUT),--timeout='$(TIMEOUT)') \
+		$(if $(filter 1,$(SIMILARITY)),--similarity)
 
 class-report:
 	@$(if $(OUT),,$(error usage: make class-report OUT=DIR (a directory make grade-class wrote)))
 	@$(PYTHON) -m grader.classroom.report '$(abspath $(OUT))'
+
+THRESHOLD ?=
+MIN_TOKENS ?=
+similarity:
+	@$(if $(SUBMISSIONS),,$(error usage: make similarity SUBMISSIONS=DIR [OUT=DIR] [LESSON=..] [DEADLINE=ISO-TIME] [THRESHOLD=PERCENT] [MIN_TOKENS=N]))
+	@$(PYTHON) -m grader.classroom.similarity --submissions='$(abspath $(SUBMISSIONS))' \
+		$(if $(OUT),--out='$(abspath $(OUT))') $(if $(LESSON),--lesson='$(LESSON)') \
+		$(if $(DEADLINE),--deadline='$(DEADLINE)') $(if $(THRESHOLD),--threshold='$(THRESHOLD)') \
+		$(if $(MIN_TOKENS),--min-tokens='$(MIN_TOKENS)')
 
 bench-class:
 	@grader/classroom/bench-class.sh

@@ -65,6 +65,9 @@ PACKAGES=(
 	# roce_dump, tshark to judge it (installed non-interactively: its
 	# question about capturing as non-root keeps the default, no)
 	libpcap-dev tshark
+	# make similarity (make grade-class SIMILARITY=1): sim_c, the same
+	# package name on Debian 12 and Ubuntu 22.04/24.04 (universe)
+	similarity-tester
 )
 # Ubuntu lacks Debian's archive keyring, which make vm-kernel-update needs
 # to check the archive's signatures (Debian's apt depends on it).

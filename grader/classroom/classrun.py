@@ -3,7 +3,7 @@ of a class into a gradebook (gradebook.py).
 
     python3 -m grader grade-class --submissions DIR --out DIR [--jobs N]
         [--lesson L] [--deadline ISO-TIME] [--prelab NN=ISO-TIME ...]
-        [--force] [--roster FILE] [--batch N] [--timeout S]
+        [--force] [--roster FILE] [--batch N] [--timeout S] [--similarity]
 
 A submission is a subdirectory of DIR per student: a tree shaped like
 skeletons/, or a clone of the student repository (its skeletons/ is graded;
@@ -28,7 +28,8 @@ lesson on the host (grader/core/build.py), then pytest with the grader plugin an
 Per student, OUT/<student>/ holds results.json (Gradescope's shape),
 junit.xml, summary.json, console.log (what make grade would have printed),
 transcripts/ and row.json; OUT/gradebook.csv has one row per student and
-OUT/report.html the class report (report.py). A
+OUT/report.html the class report (report.py); with --similarity,
+OUT/similarity.html lists similar submissions (similarity.py). A
 re-run keeps rows already graded (same commit) unless --force. An
 infrastructure failure (the VM did not boot, the grader died) is retried
 once, then marked infra-error: never scored as the student's 0.
@@ -377,6 +378,18 @@ class ClassRun:
                        f"{why}; tried twice, not scored "
                        f"(see {self.out / 'infra-logs'})")
 
+    def similarity(self, subs):
+        """SIMILARITY=1: the list of similar submissions, into OUT (the
+        report links it). Never a reason to fail the grading."""
+        from grader.classroom import similarity
+        try:
+            similarity.run({s.name: s.src for s in subs}, self.exercises,
+                           self.out)
+        except Exception as e:      # noqa: BLE001 - the grades stand
+            print(f"similarity: failed ({e!r}): make similarity "
+                  f"SUBMISSIONS={self.args.submissions} OUT={self.out} "
+                  f"runs it again", file=sys.stderr)
+
     def report(self):
         """OUT/report.html, rebuilt from everything OUT holds (rows
         kept from an earlier run too)."""
@@ -470,6 +483,10 @@ class ClassRun:
                 t.start()
             for t in threads:
                 t.join()
+            if getattr(self.args, "similarity", False):
+                # Before the trees exported at the deadline go: the files
+                # compared are the ones graded.
+                self.similarity(subs)
         except KeyboardInterrupt:
             with self.lock:
                 self.queue.clear()
@@ -513,6 +530,9 @@ def main(argv):
                     help="submissions graded per VM boot (default 8)")
     ap.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT,
                     help="seconds for one submission's grading")
+    ap.add_argument("--similarity", action="store_true",
+                    help="also list similar submissions (similarity.py) "
+                         "into OUT/similarity.html")
     args = ap.parse_args(argv)
     if args.deadline:
         try:
