@@ -41,6 +41,8 @@
 #                        its own, earlier deadline; SIMILARITY=1: make similarity too
 #   make class-report OUT=DIR   rebuild OUT/report.html (scores, the tests failed
 #                        most, their symptoms) from a graded class, no regrading
+#   make class-transcript OUT=DIR STUDENT=NAME [SUBMISSIONS=DIR]  one student's
+#                        whole grading in one file, OUT/NAME/grading.txt
 #   make similarity SUBMISSIONS=DIR [OUT=DIR] [LESSON=..] [DEADLINE=ISO-TIME]
 #                        [THRESHOLD=50] [MIN_TOKENS=60]  similar submissions (sim_c,
 #                        the skeleton's code left out): a list to read, no penalty
@@ -79,7 +81,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
 .PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-stability bench-latency bench-bw bench-kv deps clean \
-	student-repo grade-class class-report similarity bench-class gradescope vm-kernel-update vm-cache-export vm-cache-import bench-arm64
+	student-repo grade-class class-report class-transcript similarity bench-class gradescope vm-kernel-update vm-cache-export vm-cache-import bench-arm64
 
 comma := ,
 grade:
@@ -195,6 +197,12 @@ grade-class:
 class-report:
 	@$(if $(OUT),,$(error usage: make class-report OUT=DIR (a directory make grade-class wrote)))
 	@$(PYTHON) -m grader.classroom.report '$(abspath $(OUT))'
+
+STUDENT ?=
+class-transcript:
+	@$(if $(and $(OUT),$(STUDENT)),,$(error usage: make class-transcript OUT=DIR STUDENT=NAME [SUBMISSIONS=DIR]))
+	@$(PYTHON) -m grader.classroom.transcript '$(abspath $(OUT))' '$(STUDENT)' \
+		$(if $(SUBMISSIONS),--submissions='$(abspath $(SUBMISSIONS))')
 
 THRESHOLD ?=
 MIN_TOKENS ?=
