@@ -268,7 +268,20 @@ class Dump:
                     f"{self.path} -V -Y frame.number=={f})\n"
                     f"  expected: {want if want else '(no line: not a RoCE v2 packet)'}\n"
                     f"  got:      {got if got else '(no line)'}\n"
+                    f"{_payload_only(want, got)}"
                     f"  reproduce: {self.repro}")
+
+
+def _payload_only(want, got):
+    """A line for a failure where the payload length is all that differs
+    (which way it is off tells a tail counted from one subtracted twice)."""
+    w, g = (re.fullmatch(r"(.*) payload (\d+)", x or "") for x in (want, got))
+    if not (w and g and w[1] == g[1]):
+        return ""
+    d = int(g[2]) - int(w[2])
+    return (f"  payload:  {abs(d)} byte{'s' * (abs(d) != 1)} "
+            f"{'more' if d > 0 else 'fewer'} than tshark's, every other "
+            f"field as tshark's\n")
 
 
 def _keep(build, request, name, blob):
