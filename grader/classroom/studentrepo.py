@@ -33,6 +33,7 @@ INSTRUCTOR_ONLY = [
     "grader/selftest/mutants/",         # the solutions, with one mistake
     "grader/selftest/test_mutants.py",
     "grader/selftest/test_class.py",    # the instructor's tools' tests
+    "grader/selftest/test_class_report.py",  # (and an answer to lesson 04)
     "grader/selftest/test_student_repo.py",
     "grader/selftest/test_gradescope.py",
     "grader/classroom/bench-class.sh",
