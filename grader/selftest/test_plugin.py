@@ -555,6 +555,13 @@ def test_a_pair_test_pays_only_when_its_reference_tests_passed(pair_course):
     assert ("but the reference peers do not confirm it: 'reference: finds "
             "nothing' failed in this grading") in out
     assert "  92-pair: 3/6" in out
+    # JUnit says what the grade counts.
+    import xml.etree.ElementTree as ET
+    junit = pair_course / "pair.xml"
+    grade(pair_course, f"--junitxml={junit}")
+    failed = {c.get("name") for c in ET.parse(junit).iter("testcase")
+              if c.find("failure") is not None}
+    assert failed == {"test_agree", "test_ref_fails"}, failed
     # Graded alone (TEST=), the reference test is not held against it.
     alone = grade(pair_course, "--test", "the reference does not").stdout
     assert "the pair agrees, the reference does not ... OK" in alone, alone

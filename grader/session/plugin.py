@@ -135,6 +135,7 @@ class Grader:
         self.provers = {}           # nodeid -> nodeids that must confirm it
         self.finished = set()       # nodeids whose run is over
         self.held = []              # ... whose line waits for its provers
+        self.unconfirmed = set()    # ... that passed, refused by confirm()
 
     # -- helpers --
     def lesson(self, num):
@@ -318,6 +319,7 @@ class Grader:
         if failed:
             n = failed[0]
             why = (self.outcome[n]["output"].splitlines() or [""])[0]
+            self.unconfirmed.add(nodeid)
             rec["passed"] = False
             rec["output"] = (
                 f"the program's server and client agree with each other, "
@@ -487,7 +489,35 @@ class Grader:
         return report.next_step(self.unfinished, src,
                                 len({n for n, _, _ in self.items.values()}) > 1)
 
+    def fix_junit(self, path):
+        """pytest's JUnit file took a pair test that confirm() refused for
+        passed (its call had passed before its reference tests ran): make
+        it the failure the grade counts."""
+        import xml.etree.ElementTree as ET
+        try:
+            tree = ET.parse(path)
+        except (OSError, ET.ParseError):
+            return
+        want = {}
+        for nodeid in self.unconfirmed:
+            file, _, name = nodeid.partition("::")
+            cls = file[:-3].replace("/", ".") if file.endswith(".py") else file
+            want[(cls, name)] = self.outcome[nodeid]["output"]
+        for suite in tree.iter("testsuite"):
+            for case in suite.iter("testcase"):
+                key = (case.get("classname"), case.get("name"))
+                if key in want and case.find("failure") is None:
+                    fail = ET.SubElement(case, "failure",
+                                         message=want[key].splitlines()[0])
+                    fail.text = want[key]
+                    suite.set("failures",
+                              str(int(suite.get("failures", "0")) + 1))
+        tree.write(path, encoding="utf-8", xml_declaration=True)
+
     def pytest_unconfigure(self, config):
+        xml = config.getoption("xmlpath", None)
+        if self.unconfirmed and xml:
+            self.fix_junit(xml)
         if self.items and not config.getoption("no_score"):
             step = self.next_step()
             if step:
