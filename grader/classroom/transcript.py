@@ -74,6 +74,10 @@ def _submitted(sub, row, lessons):
 
 
 def write(out, student, submissions=None):
+    if not student or "/" in student or student in (".", ".."):
+        print(f"class-transcript: STUDENT={student!r}: a student's directory "
+              f"name in OUT, not a path", file=sys.stderr)
+        return 2
     d = Path(out).resolve() / student
     if not (d / "row.json").is_file():
         known = sorted(p.name for p in Path(out).resolve().iterdir()
