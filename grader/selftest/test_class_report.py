@@ -560,29 +560,3 @@ def test_make_similarity_from_the_command_line(tmp_path):
                           f"SUBMISSIONS={tmp_path / 'none'}"], cwd=COURSE,
                          capture_output=True, text=True)
     assert res.returncode == 2 and "no such directory" in res.stderr
-
-
-# ---- a device lesson, through the VM ----------------------------------------------
-
-@pytest.mark.device
-@pytest.mark.timeout(900)
-def test_a_device_lessons_symptom_reaches_the_report(tmp_path):
-    """Lesson 01 graded by grade-class, through the grading a device lesson
-    gets (make test runs this in its VM, where with-rxe runs the class's
-    runner natively; 4 minutes there under emulation at a load average of
-    8, so one student): the mutant whose node GUID is printed in the wrong
-    byte order. The report names its symptom for its test."""
-    m = Mutant(MUTANTS / "01" / "guid-byte-order")
-    subs = tmp_path / "subs"
-    patched_lesson(m.lesson, m.path, subs / "guid" / m.lesson, m.id)
-    out = tmp_path / "out"
-    res = grade_class(subs, out, "--lesson=01")
-    assert res.returncode == 0, res.stdout + res.stderr
-    fails = read_csv(out / "class-report" / "failures.csv")
-    data = json.loads((out / "guid" / "results.json").read_text())
-    test = first_failing(data, m.tests)["extra_data"]["test"]
-    assert ("guid", test, m.symptom) in {
-        (f["student"], f["test"], f["first_symptom"]) for f in fails}, fails
-    tests = {t["test"]: t for t in read_csv(out / "class-report" /
-                                            "tests.csv")}
-    assert tests[test]["first_symptom"] == m.symptom, tests[test]
