@@ -203,6 +203,14 @@ class Sandbox:
                 self.contained = True
             except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
                 self.why_not = f"cannot contain programs: {e}"
+                # In the micro-VM the grader is root and the course tree is
+                # shared read-write: uncontained, a program would run as
+                # root there. Fail closed: no grading at all.
+                if os.environ.get("RDMA_BACKEND") == "vm":
+                    raise RuntimeError(
+                        f"the micro-VM could not contain the programs "
+                        f"({e}): refusing to run them as root (a grader "
+                        f"problem)") from e
         else:
             self.why_not = ("the grader is not root, so the programs run as "
                             "you, uncontained (the micro-VM contains them)")
@@ -394,7 +402,12 @@ def check(course, where):
     probe.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(os.path.realpath("/bin/sh"), probe)
     os.chmod(probe, 0o755)
-    sb = Sandbox(course)
+    try:
+        sb = Sandbox(course)
+    except RuntimeError as e:
+        print(f"FAIL  sandbox ({where}): {e}\n      fix: report it with "
+              f"this line (python3 -m grader sandbox-check shows it again)")
+        return 1
     try:
         sb.begin_test("doctor")
         # Builtins only: contained, the shell can start no other program.
