@@ -10,7 +10,9 @@
 #   make status          where you stand: one line per lesson from the last grading
 #   make hint LESSON=NN [TEST=NAME]  the next hint for the lesson's first failing test
 #   make help            this list
-#   make test            the course's own tests (grader, scripts, self-check)
+#   make test [LESSON=NN]  the course's own tests (grader, scripts, self-check);
+#                        LESSON=NN: that lesson's own self-check (its static
+#                        checks, solution, skeleton, mutants, cheats, wire)
 #   make lint            shellcheck + clang-format (make test runs it too)
 #   make build LESSON=NN [SRC=DIR]   compile one lesson into build/SRC/NN-topic/
 #   make doctor          can grading run here? one PASS/FAIL line per check
@@ -107,7 +109,7 @@ watch:
 	@grader/run/watch.sh '$(LESSON)' '$(SRC)'
 
 test:
-	@grader/selftest/run-all.sh
+	@$(if $(LESSON),grader/selftest/lesson-check.sh '$(LESSON)',grader/selftest/run-all.sh)
 
 lint:
 	@grader/selftest/lint.sh
