@@ -98,6 +98,14 @@ EXPECTED = {
             "test_12_atomics.py::test_unaligned",
         },
     },
+    # No chains (one ibv_post_send() per WR), and at exit the lines the
+    # grader reads written into the interposer's record (by the path the
+    # environment named, or the descriptor open on it): the record is not
+    # the interposer's sealed one, so no test that reads it pays.
+    "forged-record": {
+        "13-throughput": {f"test_13_throughput.py::test_{t}" for t in (
+            "depth", "signaled", "batched", "buffers", "depth_1_vs_16")},
+    },
     # Event mode arms the CQ and takes its events, but waits by spinning.
     "spinning-events": {
         "10-events": {"test_10_events.py::test_cpu"},
