@@ -246,9 +246,12 @@ def _timed_client(build, rdma, mode):
     if not posts or not done:
         raise GradeFailure(f"{what}\nthe interposer saw no SEND posted or "
                            f"no completion taken ({spy.describe()})")
+    events = [c for _, c in spy.calls("get_cq_event") if c.get("rc") == "0"]
     return dict(res=res, total=total, wall=w1 - w0,
                 window=(max(done) - min(posts)) / 1e9,
-                at0=None if at0 is None else at0 / 1e9)
+                at0=None if at0 is None else at0 / 1e9, events=len(events),
+                how=f"{spy.describe()} " + build.command(
+                    PROG, "--port", "PORT", *args, peer_host(rdma)))
 
 
 @pytest.fixture(scope="module")
@@ -275,6 +278,23 @@ def test_cpu(cpu_runs):
             f"(spinning through the same waits uses as much as poll mode): "
             f"does event mode sleep in poll() on the channel's fd, or "
             f"spin?")
+    # Each pong comes PACE_MS after its ping, far longer than one turn of
+    # the wait: every wait for it must sleep in the channel and wake with
+    # an event. A program that takes one event and then sleeps with
+    # usleep() between polls uses little CPU too, and takes one event.
+    run = cpu_runs["event"]
+    if run["events"] < CPU_ITERS:
+        raise GradeFailure(
+            f"{CPU_ITERS} round trips in event mode against the reference "
+            f"server, which holds each pong {PACE_MS} ms: each wait for a "
+            f"pong must sleep on the completion channel and wake with its "
+            f"event\n"
+            f"  expected: at least {CPU_ITERS} ibv_get_cq_event() calls "
+            f"that succeeded (one per pong)\n"
+            f"  got:      {run['events']} (the interposer's record)\n"
+            f"does event mode sleep on the channel for every wait, or once "
+            f"and then between polls (usleep)?\n"
+            f"reproduce: {run['how']}")
 
 
 # Each of the figures compared is printed or read with 3 decimals.
