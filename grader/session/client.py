@@ -49,15 +49,25 @@ def main(argv):
     # the self-check's own warm grader gets (grader/selftest/conftest.py).
     warming = os.path.join(os.path.dirname(SOCKET), "warming")
     deadline = time.monotonic() + WARM_WAIT
-    while os.path.exists(warming) and not os.path.exists(SOCKET) \
-            and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if not os.path.exists(SOCKET):
-        cold(args, f"the warm grader was still warming up after {WARM_WAIT} s"
-             if os.path.exists(warming) else None)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock = None
+    while sock is None:
+        while os.path.exists(warming) and not os.path.exists(SOCKET) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not os.path.exists(SOCKET):
+            cold(args, f"the warm grader was still warming up after "
+                 f"{WARM_WAIT} s" if os.path.exists(warming) else None)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.connect(SOCKET)
+        except (ConnectionRefusedError, FileNotFoundError):
+            # It is warming up again (a grader file changed): wait.
+            sock.close()
+            sock = None
+            if not os.path.exists(warming) or time.monotonic() > deadline:
+                cold(args, "the warm grader did not answer")
+            time.sleep(0.1)
     try:
-        sock.connect(SOCKET)
         req = {"argv": args, "cwd": os.getcwd(), "env": dict(os.environ)}
         socket.send_fds(sock, [json.dumps(req).encode()], [0, 1, 2])
         reply = json.loads(sock.recv(65536) or b"{}")

@@ -119,6 +119,15 @@ class Server:
             pass
         while True:
             if self.stale and not self.sessions:
+                # Warming first, then no socket, then no listener: a client
+                # that connects meanwhile waits (client.py) instead of
+                # meeting a socket nobody listens on (ECONNREFUSED: it went
+                # cold, in a fresh-clone make test's with-rxe.bats).
+                (Path(self.path).parent / "warming").touch()
+                try:
+                    os.unlink(self.path)
+                except FileNotFoundError:
+                    pass
                 listener.close()
                 return self.stale
             watch = [wake_r, *self.conns] + ([listener] if not self.stale
