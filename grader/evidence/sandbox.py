@@ -229,7 +229,7 @@ class Sandbox:
         self.scratch_root.mkdir(mode=0o711, exist_ok=True)
         os.chmod(self.scratch_root, 0o711)      # whatever the umask
         self.stage = self.scratch_root / "stage"
-        self.staged = {}            # source path -> (mtime_ns, size)
+        self.staged = {}            # source path -> (dev, ino, mtime, size)
 
     def close(self):
         self.end_test()
@@ -339,8 +339,11 @@ class Sandbox:
         rel = os.path.relpath(real, course)
         dest = self.stage / rel
         st = os.stat(real)
-        if self.staged.get(real) != (st.st_mtime_ns, st.st_size) or \
-                not dest.exists():
+        # Copied for every start unless it is the very file copied before
+        # (same inode, time and size): a build dir reused for another
+        # tree's program must never run the last one's copy.
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        if self.staged.get(real) != key or not dest.exists():
             for d in reversed(dest.relative_to(self.scratch_root).parents):
                 if str(d) != ".":
                     (self.scratch_root / d).mkdir(mode=0o755, exist_ok=True)
@@ -349,7 +352,7 @@ class Sandbox:
             shutil.copyfile(real, tmp)
             os.chmod(tmp, 0o755 if st.st_mode & 0o111 else 0o644)
             os.replace(tmp, dest)
-            self.staged[real] = (st.st_mtime_ns, st.st_size)
+            self.staged[real] = key
         return str(dest)
 
 
