@@ -76,12 +76,13 @@ def test_a_killed_or_abandoned_peer_ends(zyg):
     pid = z.pid
     z.sock.close()
     for _ in range(100):
+        # (reaped between the two looks: reading /proc/PID/stat fails too)
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
+        except (ProcessLookupError, FileNotFoundError):
             break
-        if Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] \
-                == "Z":
+        if state == "Z":
             break
         time.sleep(0.05)
     else:
