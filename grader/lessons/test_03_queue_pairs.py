@@ -109,10 +109,10 @@ def test_send(build, rdma, spy_lib):
                 f"stdout of '{build.command(PROG, '--msg', msg)}'")
     expect_line(res.stdout, f"B received {len(msg)} bytes: {msg}",
                 f"stdout of '{build.command(PROG, '--msg', msg)}'")
-    if delta.get("sent_pkts", 0) < 1 or delta.get("rcvd_pkts", 0) < 1:
+    if delta.of("packets sent") < 1 or delta.of("packets received") < 1:
         raise GradeFailure(
-            f"the rxe device moved no packets while '{build.command(PROG, '--msg', msg)}' "
-            f"ran (hw_counters: {delta.show(['sent_pkts', 'rcvd_pkts'])}): the "
+            f"the {delta.kind} device moved no packets while '{build.command(PROG, '--msg', msg)}' "
+            f"ran (counters: {delta.show(['packets sent', 'packets received'])}): the "
             f"message did not go through the queue pairs")
 
 

@@ -86,8 +86,8 @@ def test_peer_server_checks_pings(rdma, as_client):
     expect_owner(v, pid, "client")
     # make grade HOSTS=2: one SEND and one RECV per ping on the client's
     # device, nothing else.
-    expect_own_traffic(rdma, v, "rdma_sends", iters, "client")
-    expect_own_traffic(rdma, v, "rdma_recvs", iters, "client")
+    expect_own_traffic(rdma, v, "SENDs sent", iters, "client")
+    expect_own_traffic(rdma, v, "receives consumed", iters, "client")
     expect_line(res.stdout, f"verified {iters} messages of {size} bytes",
                 "client stdout")
 
@@ -107,8 +107,8 @@ def test_peer_client_checks_pongs(rdma, as_server):
     expect_peer_ok(v, "server against the reference client")
     expect(v["verified"], iters, "pongs the reference client found intact")
     expect_owner(v, pid, "server")
-    expect_own_traffic(rdma, v, "rdma_sends", iters, "server")
-    expect_own_traffic(rdma, v, "rdma_recvs", iters, "server")
+    expect_own_traffic(rdma, v, "SENDs sent", iters, "server")
+    expect_own_traffic(rdma, v, "receives consumed", iters, "server")
     expect_line(res.stdout, f"verified {iters} messages of {size} bytes",
                 "server stdout")
 

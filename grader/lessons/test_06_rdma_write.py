@@ -75,30 +75,32 @@ def test_notified(main_run):
     expect_line(main_run.server.stdout,
                 f"notified: RDMA_WRITE_WITH_IMM, imm_data {SIZE}",
                 "server stdout")
-    expect(main_run.delta.get("rdma_recvs", 0), 1,
-           "hw_counters/rdma_recvs delta (one receive consumed by the "
-           "WRITE WITH IMMEDIATE, no other)")
+    delta = main_run.delta
+    expect(delta.of("receives consumed"), 1,
+           f"{delta.label('receives consumed')} delta (one receive consumed "
+           f"by the WRITE WITH IMMEDIATE, no other)")
 
 
 @points(5, "one-sided: no SENDs, no TCP - the bytes crossed rxe as a WRITE")
 @proven_by("test_peer_server_memory", "test_peer_write_from_client_qp")
 def test_one_sided(main_run):
     delta = main_run.delta
-    names = ["rdma_sends", "rdma_recvs", "sent_pkts", "rcvd_pkts"]
-    if delta.get("rdma_sends", 0):
+    names = ["SENDs sent", "receives consumed", "packets sent",
+             "packets received"]
+    if delta.of("SENDs sent"):
         raise GradeFailure(
-            f"hw_counters/rdma_sends moved by {delta['rdma_sends']}: SENDs "
-            f"went through the device, but the lesson's data path is one "
-            f"RDMA WRITE WITH IMMEDIATE and nothing else\n"
+            f"{delta.label('SENDs sent')} moved by {delta.of('SENDs sent')}: "
+            f"SENDs went through the device, but the lesson's data path is "
+            f"one RDMA WRITE WITH IMMEDIATE and nothing else\n"
             f"  all deltas: {delta.show(names)}")
     least = math.ceil(SIZE / 4096)
-    for name in ("sent_pkts", "rcvd_pkts"):
-        if delta.get(name, 0) < least:
+    for name in ("packets sent", "packets received"):
+        if delta.of(name) < least:
             raise GradeFailure(
-                f"hw_counters/{name} moved by {delta.get(name, 0)}: {SIZE} "
+                f"{delta.label(name)} moved by {delta.of(name)}: {SIZE} "
                 f"bytes need at least {least} RoCE packets, so the data did "
-                f"not cross the rxe device (the TCP connection is for "
-                f"addresses only)\n  all deltas: {delta.show(names)}")
+                f"not cross the {delta.kind} device (the TCP connection is "
+                f"for addresses only)\n  all deltas: {delta.show(names)}")
 
 
 # ---- protection and faults ---------------------------------------------------

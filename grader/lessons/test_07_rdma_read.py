@@ -84,22 +84,23 @@ def test_server_waits(main_run):
 @proven_by("test_peer_read_from_client_qp", "test_peer_client_reads")
 def test_one_sided(main_run):
     delta = main_run.delta
-    names = ["rdma_sends", "rdma_recvs", "sent_pkts", "rcvd_pkts"]
-    for name in ("rdma_sends", "rdma_recvs"):
-        if delta.get(name, 0):
+    names = ["SENDs sent", "receives consumed", "packets sent",
+             "packets received"]
+    for name in ("SENDs sent", "receives consumed"):
+        if delta.of(name):
             raise GradeFailure(
-                f"hw_counters/{name} moved by {delta[name]}: messages "
+                f"{delta.label(name)} moved by {delta.of(name)}: messages "
                 f"(SEND/RECV) went through the device, but the lesson's data "
                 f"path is one RDMA READ and nothing else\n"
                 f"  all deltas: {delta.show(names)}")
     least = math.ceil(SIZE / 4096)
-    for name in ("sent_pkts", "rcvd_pkts"):
-        if delta.get(name, 0) < least:
+    for name in ("packets sent", "packets received"):
+        if delta.of(name) < least:
             raise GradeFailure(
-                f"hw_counters/{name} moved by {delta.get(name, 0)}: {SIZE} "
+                f"{delta.label(name)} moved by {delta.of(name)}: {SIZE} "
                 f"bytes need at least {least} RoCE packets, so the data did "
-                f"not cross the rxe device (the TCP connection is for "
-                f"addresses only)\n  all deltas: {delta.show(names)}")
+                f"not cross the {delta.kind} device (the TCP connection is "
+                f"for addresses only)\n  all deltas: {delta.show(names)}")
 
 
 # ---- protection and faults ---------------------------------------------------

@@ -119,16 +119,18 @@ def expect_peer_ok(v, what):
                            f"({v['_cmd']}) says:\n  {v['error']}")
 
 
-def expect_own_traffic(rdma, v, name, count, who):
+def expect_own_traffic(rdma, v, meaning, count, who):
     """On host A of a pair the device carries the program's traffic alone:
-    counter `name` must have moved by exactly `count` (on one host the
-    peer's own traffic counts too: nothing to prove there)."""
+    the counter for `meaning` (counters.py) must have moved by exactly
+    `count` (on one host the peer's own traffic counts too: nothing to
+    prove there)."""
     if not rdma.peer_jobs:
         return
-    got = v["_counters"].get(name, 0)
+    got = v["_counters"].of(meaning)
     if got != count:
         raise GradeFailure(
-            f"{name} on the {who}'s host (host A; the reference peer runs on "
+            f"{v['_counters'].label(meaning)} on the {who}'s host (host A; "
+            f"the reference peer runs on "
             f"host B)\n  expected: {count}\n  got:      {got}\n  all "
             f"counters that moved: {v['_counters'].show()}")
 
