@@ -27,7 +27,11 @@
  * The record's lines:
  *
  *   reg_mr len=N access=0xA ns=T ok=1|0 addr=0x.. lkey=0x.. rkey=0x.. errno=E
- *   dereg_mr len=N ns=T rc=R lkey=0x..
+ *          at=S
+ *   dereg_mr len=N ns=T rc=R lkey=0x.. at=S
+ *       (S: CLOCK_MONOTONIC when the call went in, T: how long it took, ns;
+ *       a program's own clock reads around one call lie between the end of
+ *       the call before it and the start of the call after it)
  *   query_device node_guid=0x... (the value handed to the program)
  *   get_device_guid node_guid=0x...
  *   post_send qpn=Q opcode=O len=N num_sge=K wr_id=W flags=0xF
@@ -519,13 +523,14 @@ static uint64_t checksum(uintptr_t addr, size_t len)
 }
 
 static void record_mr(const char *what, size_t length, int access,
-		      uint64_t ns, const struct ibv_mr *mr, int err)
+		      uint64_t t0, uint64_t ns, const struct ibv_mr *mr, int err)
 {
 	record("%s len=%zu access=0x%x ns=%llu ok=%d addr=0x%llx lkey=0x%x "
-	       "rkey=0x%x errno=%d\n", what, length, access,
+	       "rkey=0x%x errno=%d at=%llu\n", what, length, access,
 	       (unsigned long long)ns, mr != NULL,
 	       mr ? (unsigned long long)(uintptr_t)mr->addr : 0ull,
-	       mr ? mr->lkey : 0, mr ? mr->rkey : 0, mr ? 0 : err);
+	       mr ? mr->lkey : 0, mr ? mr->rkey : 0, mr ? 0 : err,
+	       (unsigned long long)t0);
 	if (mr)
 		mr_added(mr);
 }
@@ -550,7 +555,7 @@ struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 	in_reg_mr--;
 	ns = now_ns() - t0;
 	err = errno;
-	record_mr("reg_mr", length, access, ns, mr, err);
+	record_mr("reg_mr", length, access, t0, ns, mr, err);
 	errno = err;
 	return mr;
 }
@@ -568,7 +573,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
 	ns = now_ns() - t0;
 	err = errno;
 	if (!in_reg_mr)
-		record_mr("reg_mr", length, access & 0xffff, ns, mr, err);
+		record_mr("reg_mr", length, access & 0xffff, t0, ns, mr, err);
 	errno = err;
 	return mr;
 }
@@ -583,8 +588,9 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 	REAL(ibv_dereg_mr);
 	t0 = now_ns();
 	rc = real(mr);
-	record("dereg_mr len=%zu ns=%llu rc=%d lkey=0x%x\n", len,
-	       (unsigned long long)(now_ns() - t0), rc, lkey);
+	record("dereg_mr len=%zu ns=%llu rc=%d lkey=0x%x at=%llu\n", len,
+	       (unsigned long long)(now_ns() - t0), rc, lkey,
+	       (unsigned long long)t0);
 	if (!rc)
 		mr_removed(lkey);
 	return rc;
