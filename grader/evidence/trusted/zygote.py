@@ -40,7 +40,7 @@ import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ("peer.py", "udp_echo.py", "kv.py")
+SCRIPTS = ("peer.py", "udp_echo.py", "kv.py", "ud_peer.py", "seq.py")
 READY = "zygote ready"
 
 
