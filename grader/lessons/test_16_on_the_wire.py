@@ -18,8 +18,12 @@ the README specifies from tshark's fields for that frame.
   address and old value changed for this grading (wire.reshuffle).
 - Files libpcap cannot read to the end (not a pcap, cut inside a record,
   not Ethernet): one line on stderr naming the call, exit 1, no crash.
-- The questions: roce_dump --answers against what tshark finds in the
-  recordings (no key: the captures are the evidence).
+- The questions: `roce_dump --answers FILE` (the student's answers.c,
+  computing each answer from FILE's packets) on captures made for this
+  grading, one per scenario (a WRITE WITH IMMEDIATE, a READ, an RNR NAK, a
+  lost packet: random sizes, MTUs, QPNs, PSNs, timers, losses), against
+  what tshark finds in them; never the recordings' own answers (no key:
+  the captures are the evidence).
 
 roce_dump runs without the right to start a process (its nproc limit is 0;
 and in the sandbox no program may execve() another): a dump made by tshark
@@ -317,7 +321,8 @@ def synth(build, request):
 def test_usage(build):
     res = build.run(PROG, "-h")
     res.ok("roce_dump -h")
-    expect_match(res.stdout, r"^usage: \S*roce_dump FILE\.pcap \| --answers$",
+    expect_match(res.stdout, r"^usage: \S*roce_dump FILE\.pcap \| --answers "
+                 r"FILE\.pcap$",
                  "roce_dump -h stdout")
     build.run(PROG).fails(2, "roce_dump without FILE")
     bad = build.run(PROG, "--bogus", "x.pcap")
@@ -485,42 +490,206 @@ def test_real_capture(real):
 
 
 # ---- the questions ----------------------------------------------------------------
+#
+# Asked of captures made for this grading: one scenario per group of
+# questions (a WRITE WITH IMMEDIATE, a READ, an RNR NAK, a lost packet),
+# synthesized with the grader's encoder (wire.roce_frame: byte-exact RoCE v2
+# with its ICRC) from fresh random sizes, path MTUs, QPNs, PSNs, keys,
+# timers and losses, and answered by the student's own code: `roce_dump
+# --answers FILE` (answers.c) on each. The truth is tshark's decoding of
+# the same files (_want_*). A draw whose answers to a group equal the
+# course recordings' (what tshark finds in captures/) is drawn again: the
+# recordings' answers, copied, are wrong here every time.
 
-@pytest.fixture(scope="module")
-def truth(lesson):
-    """A function: tshark's decoding of each recording, {name: [row, ...]},
-    made on the first call (answers still "?" need none)."""
-    return functools.cache(lambda: _truth(lesson))
+SCENARIOS = ("write", "read", "rnr", "loss")
+MTUS = (256, 512, 1024, 2048, 4096)
 
 
-def _truth(lesson):
-    """tshark's decoding of each recording: {name: [row, ...]}. One tshark
-    run over the recordings end to end (a tshark start is most of its time:
-    about 0.2 s on a quiet machine, seconds on a loaded one)."""
+def _rand_payload(rng, n):
+    return rng.randbytes(n)
+
+
+def _message(rng, mtu, size):
+    """A message of `size` bytes in packets of the path MTU: the payloads."""
+    n = max(1, -(-size // mtu))
+    return [_rand_payload(rng, min(mtu, size - k * mtu)) for k in range(n)]
+
+
+def _scenario_write(rng):
+    """One RDMA WRITE WITH IMMEDIATE from A to B; B acknowledges after the
+    last packet, and after 0-2 earlier ones the requester asked for it."""
+    mtu = rng.choice(MTUS)
+    parts = _message(rng, mtu, rng.randrange(1, 24 * mtu))
+    qpa, qpb, psn = (rng.randrange(1, 1 << 24) for _ in range(3))
+    reth = (rng.randrange(1 << 64), rng.randrange(1 << 32),
+            sum(map(len, parts)))
+    imm = rng.randrange(1 << 32)
+    acked = set(rng.sample(range(len(parts) - 1),
+                           min(len(parts) - 1, rng.randrange(3))))
+    acked.add(len(parts) - 1)
+    out = [wire.ether(bytes(28), etype=0x0806)]
+    for k, data in enumerate(parts):
+        if len(parts) == 1:
+            op, f = 0x0b, {"reth": reth, "imm": imm}
+        elif k == 0:
+            op, f = 0x06, {"reth": reth}
+        elif k + 1 < len(parts):
+            op, f = 0x07, {}
+        else:
+            op, f = 0x09, {"imm": imm}
+        out.append(wire.roce_frame(A, B, op, qpb, psn + k, payload=data,
+                                   ackreq=k in acked, **f))
+        if k in acked:
+            out.append(wire.roce_frame(
+                B, A, 0x11, qpa, psn + k,
+                aeth=(0x1f, int(k + 1 == len(parts)))))
+    return out
+
+
+def _scenario_read(rng):
+    """One RDMA READ from A; B's responses, the first and last with an
+    AETH; the requester acknowledges nothing."""
+    mtu = rng.choice(MTUS)
+    parts = _message(rng, mtu, rng.randrange(1, 24 * mtu))
+    qpa, qpb, psn = (rng.randrange(1, 1 << 24) for _ in range(3))
+    reth = (rng.randrange(1 << 64), rng.randrange(1 << 32),
+            sum(map(len, parts)))
+    out = [wire.ether(bytes(28), etype=0x0806),
+           wire.roce_frame(A, B, 0x0c, qpb, psn, ackreq=True, reth=reth)]
+    for k, data in enumerate(parts):
+        if len(parts) == 1:
+            op = 0x10
+        else:
+            op = 0x0d if k == 0 else 0x0f if k + 1 == len(parts) else 0x0e
+        f = {} if op == 0x0e else {"aeth": (0x1f, 1)}
+        out.append(wire.roce_frame(B, A, op, qpa, psn + k, payload=data,
+                                   **f))
+    return out
+
+
+def _scenario_rnr(rng):
+    """SENDs from A, each acknowledged, until B has no receive for one: an
+    RNR NAK (a random timer) for its PSN, and A sends it again."""
+    qpa, qpb, psn = (rng.randrange(1, 1 << 24) for _ in range(3))
+    size = rng.randrange(1, 1024)
+    ok, msn = rng.randrange(1, 6), 0
+    out = []
+    for k in range(ok + 1 + rng.randrange(3)):
+        data = _rand_payload(rng, size)
+        out.append(wire.roce_frame(A, B, 0x04, qpb, psn + k, payload=data,
+                                   ackreq=True))
+        if k == ok:
+            timer = rng.randrange(1, 32)
+            out.append(wire.roce_frame(B, A, 0x11, qpa, psn + k,
+                                       aeth=(0x20 | timer, msn)))
+            out.append(wire.roce_frame(A, B, 0x04, qpb, psn + k,
+                                       payload=data, ackreq=True))
+        msn += 1
+        out.append(wire.roce_frame(B, A, 0x11, qpa, psn + k,
+                                   aeth=(0x1f, msn)))
+    return out
+
+
+def _scenario_loss(rng):
+    """SENDs of several packets from A; one packet lost (not in the
+    capture): B answers the next one with a PSN sequence error NAK for the
+    lost PSN and A sends from there again. Half the time A's timer ran out
+    first and it sent an earlier packet again before the NAK."""
+    mtu = rng.choice(MTUS[:3])
+    qpa, qpb, psn = (rng.randrange(1, 1 << 24) for _ in range(3))
+    pkts = []                               # (opcode, payload)
+    for _ in range(rng.randrange(2, 5)):
+        parts = _message(rng, mtu, rng.randrange(1, 4 * mtu))
+        for k, data in enumerate(parts):
+            op = (0x04 if len(parts) == 1 else 0x00 if k == 0 else
+                  0x02 if k + 1 == len(parts) else 0x01)
+            pkts.append((op, data))
+    while len(pkts) < 3:
+        pkts.append((0x04, _rand_payload(rng, rng.randrange(1, mtu))))
+    lost = rng.randrange(1, len(pkts) - 1)
+    frame = lambda k, ackreq=False: wire.roce_frame(   # noqa: E731
+        A, B, pkts[k][0], qpb, psn + k, payload=pkts[k][1], ackreq=ackreq)
+    out = [frame(k) for k in range(lost)]
+    if rng.random() < 0.5:
+        out.append(frame(rng.randrange(lost), True))     # the timer's resend
+    out.append(frame(lost + 1))
+    out.append(wire.roce_frame(B, A, 0x11, qpa, psn + lost,
+                               aeth=(0x60, rng.randrange(1, 8))))
+    out += [frame(k, k + 1 == len(pkts)) for k in range(lost, len(pkts))]
+    out.append(wire.roce_frame(B, A, 0x11, qpa, psn + len(pkts) - 1,
+                               aeth=(0x1f, rng.randrange(8, 16))))
+    return out
+
+
+_DRAW = {"write": _scenario_write, "read": _scenario_read,
+         "rnr": _scenario_rnr, "loss": _scenario_loss}
+WANT = {"write": lambda rows: _want_write(rows),
+        "read": lambda rows: _want_read(rows),
+        "rnr": lambda rows: _want_rnr(rows),
+        "loss": lambda rows: _want_loss(rows)}
+
+
+def _pcap(frames):
+    return wire.pcap_header() + b"".join(
+        wire.pcap_record(f, 1000 + i / 1000) for i, f in enumerate(frames))
+
+
+def _tshark_each(blobs):
+    """tshark's rows of each capture {name: bytes}, in one tshark run."""
     blob, ranges, first = wire.pcap_header(), {}, 1
-    for name, path in recorded(lesson).items():
-        data = path.read_bytes()
+    for name, data in blobs.items():
         n = len(wire.read_pcap(data)[1])
         blob += data[wire.FILE_HEADER:]
         ranges[name] = range(first, first + n)
         first += n
     with tempfile.TemporaryDirectory() as tmp:
-        both = Path(tmp) / "recordings.pcap"
+        both = Path(tmp) / "captures.pcap"
         both.write_bytes(blob)
         rows = wire.tshark_packets(both)
     return {name: [r for r in rows if int(r["frame.number"]) in frames]
             for name, frames in ranges.items()}
 
 
+def recorded_answers(lesson):
+    """What tshark finds in the course's recordings, per scenario."""
+    rows = _tshark_each({n: recorded(lesson)[n].read_bytes()
+                         for n in SCENARIOS})
+    return {n: WANT[n](rows[n]) for n in SCENARIOS}
+
+
 @pytest.fixture(scope="module")
-def answers(build):
-    res = build.run(PROG, "--answers")
-    res.ok("roce_dump --answers")
-    got = {}
-    for line in res.stdout.splitlines():
-        k, _, v = line.partition(":")
-        got[k.strip()] = v.strip()
-    return got, res
+def questions(build, lesson, request):
+    """Fresh captures, one per scenario, each answered by the program:
+    {name: (its answers {question: answer}, the Result, the capture's
+    path, tshark's answers)}."""
+    rng = random.Random(secrets.randbits(64))
+    old = recorded_answers(lesson)
+    blobs, want = {}, {}
+    todo = list(SCENARIOS)
+    for _ in range(20):
+        fresh = {n: _pcap(_DRAW[n](rng)) for n in todo}
+        rows = _tshark_each(fresh)
+        for n in todo:
+            w = WANT[n](rows[n])
+            if w != old[n]:
+                blobs[n], want[n] = fresh[n], w
+        todo = [n for n in SCENARIOS if n not in blobs]
+        if not todo:
+            break
+    else:
+        raise GradeFailure(f"grader: no fresh {todo} capture whose answers "
+                           f"differ from the recordings' in 20 draws")
+    out = {}
+    for n in SCENARIOS:
+        run, keep = _keep(build, request, f"{n}-fresh.pcap", blobs[n])
+        res = build.run(PROG, "--answers", str(run), rlimits=NOPROC,
+                        timeout=60)
+        got = {}
+        for line in res.stdout.splitlines():
+            k, _, v = line.partition(":")
+            got[k.strip()] = v.strip()
+        out[n] = (got, res, keep, want[n])
+    return out
 
 
 def _norm(v):
@@ -531,25 +700,31 @@ def _norm(v):
         return v.upper()
 
 
-def _check(answers, questions, want):
-    """`want()` ({question: what the capture shows}) is called only once
-    each of `questions` has an answer."""
-    got, res = answers
-    for q in questions:
+def _check(questions, name):
+    """The program's answers about the fresh `name` capture against
+    tshark's."""
+    got, res, keep, want = questions[name]
+    repro = f"roce_dump --answers {keep}"
+    res.ok(f"roce_dump --answers on a capture made for this grading "
+           f"({keep})")
+    for q in want:
         if q not in got:
             raise GradeFailure(f"roce_dump --answers has no line '{q}: ...' "
-                               f"(answers.c)\n  command: {res.command}")
+                               f"\n  reproduce: {repro}")
         if got[q] == "?":
             raise GradeFailure(
                 f"question {q} (lessons/16-on-the-wire/README.md, "
-                f"\"Questions\")\n  expected: what the capture shows (run "
-                f"your roce_dump on it)\n  got:      ?")
-    for q, truth_value in want().items():
+                f"\"Questions\") about {keep}\n  expected: what the capture "
+                f"shows (answers.c computes it from the packets)\n"
+                f"  got:      ?")
+    for q, truth_value in want.items():
         if _norm(got[q]) != _norm(truth_value):
             raise GradeFailure(
                 f"question {q} (lessons/16-on-the-wire/README.md, "
-                f"\"Questions\")\n  expected: what the capture shows (run "
-                f"your roce_dump on it)\n  got:      {got[q]}")
+                f"\"Questions\") about a capture made for this grading\n"
+                f"  expected: {truth_value} (what tshark finds in it)\n"
+                f"  got:      {got[q]}\n  reproduce: {repro} (tshark -r "
+                f"{keep} -V -Y infiniband shows every header)")
 
 
 def _ops(rows, src=None):
@@ -558,7 +733,8 @@ def _ops(rows, src=None):
 
 
 def _want_write(rows):
-    writes = [(o, r) for o, r in _ops(rows) if o & 0x1f in wire.WRITES]
+    writes = [(o, r) for o, r in _ops(rows) if o < 0x20 and
+              o & 0x1f in wire.WRITES]
     writer = writes[0][1]["ip.src"]
     acks = [r for o, r in _ops(rows) if o == 0x11 and r["ip.src"] != writer]
     return {
@@ -572,7 +748,8 @@ def _want_write(rows):
 
 def _want_read(rows):
     req = next(r for o, r in _ops(rows) if o == 0x0c)
-    resp = [r for o, r in _ops(rows) if o & 0x1f in wire.READ_RESPONSES]
+    resp = [r for o, r in _ops(rows) if o < 0x20 and
+            o & 0x1f in wire.READ_RESPONSES]
     acks = [r for o, r in _ops(rows, req["ip.src"]) if o == 0x11]
     return {"read-responses": len(resp), "read-acks": len(acks)}
 
@@ -603,25 +780,21 @@ def _want_loss(rows):
         "resent-psn": f"0x{twice:06x}"}
 
 
-@points(2, "questions: the 10 KiB WRITE, packet by packet")
-def test_answers_write(truth, answers):
-    _check(answers, ["write-packets", "write-acks", "rkey-opcode",
-                     "imm-opcode"], lambda: _want_write(truth()["write"]))
+@points(2, "questions: a WRITE WITH IMMEDIATE, packet by packet")
+def test_answers_write(questions):
+    _check(questions, "write")
 
 
-@points(2, "questions: the 10 KiB READ, and who acknowledges it")
-def test_answers_read(truth, answers):
-    _check(answers, ["read-responses", "read-acks"],
-           lambda: _want_read(truth()["read"]))
+@points(2, "questions: a READ, and who acknowledges it")
+def test_answers_read(questions):
+    _check(questions, "read")
 
 
 @points(2, "questions: an RNR NAK and what follows it")
-def test_answers_rnr(truth, answers):
-    _check(answers, ["rnr-syndrome", "rnr-resent-psn"],
-           lambda: _want_rnr(truth()["rnr"]))
+def test_answers_rnr(questions):
+    _check(questions, "rnr")
 
 
 @points(2, "questions: loss - the NAK and the first PSN sent twice")
-def test_answers_loss(truth, answers):
-    _check(answers, ["nak-code", "resent-psn"],
-           lambda: _want_loss(truth()["loss"]))
+def test_answers_loss(questions):
+    _check(questions, "loss")

@@ -4,7 +4,9 @@
  * RoCE packet.
  *
  *	roce_dump FILE.pcap      every RoCE v2 packet of FILE, then a summary
- *	roce_dump --answers      your answers to the README's questions
+ *	roce_dump --answers FILE.pcap
+ *				 the README's questions, answered by answers.c
+ *				 from FILE's RoCE v2 packets
  *
  * A line (lessons/16-on-the-wire/README.md, "Output", has every field):
  *
@@ -26,7 +28,7 @@
 #include "answers.h"
 #include "course.h"
 
-static const char usage[] = "FILE.pcap | --answers";
+static const char usage[] = "FILE.pcap | --answers FILE.pcap";
 
 #define ROCE_UDP_PORT 4791
 #define ETH_HLEN      14
@@ -138,6 +140,16 @@ struct dump_ctx {
 	const char *file;
 	pcap_t *pcap;
 	unsigned long frames, roce, malformed, other;
+	int answers;		/* --answers: keep the packets, print nothing */
+	struct roce_view *pkts; /* --answers: the packets kept */
+	size_t n, cap;
+};
+
+/* The questions of the README, answered by answer() (answers.c). */
+const char *const questions[] = {
+	"write-packets", "write-acks",	   "rkey-opcode",    "imm-opcode",
+	"read-responses", "read-acks",	   "rnr-syndrome",   "rnr-resent-psn",
+	"nak-code",	  "resent-psn",	   NULL,
 };
 
 static uint16_t get16(const uint8_t *p)
@@ -411,7 +423,45 @@ static int print_packet(unsigned long frame, const struct frame_view *v,
 	return 0;
 }
 
-/* One frame: print it if it is RoCE v2. 0, or -1 when a TODO is not done. */
+/* --answers: keep packet @p of frame @frame for answer(). 0 or -1. */
+static int keep_packet(struct dump_ctx *ctx, unsigned long frame,
+		       const struct frame_view *v, const struct roce_pkt *p)
+{
+	struct roce_view *k;
+
+	if (ctx->n == ctx->cap) {
+		size_t cap = ctx->cap ? 2 * ctx->cap : 256;
+
+		k = realloc(ctx->pkts, cap * sizeof(*k));
+		if (!k) {
+			fprintf(stderr, "out of memory\n");
+			return -1;
+		}
+		ctx->pkts = k;
+		ctx->cap = cap;
+	}
+	k = &ctx->pkts[ctx->n++];
+	*k = (struct roce_view){
+		.frame = frame,
+		.opcode = p->opcode,
+		.destqp = p->destqp,
+		.psn = p->psn,
+		.has_reth = !!(p->hdrs & HDR_RETH),
+		.has_immdt = !!(p->hdrs & HDR_IMMDT),
+		.has_aeth = !!(p->hdrs & HDR_AETH),
+		.syndrome = p->syndrome,
+	};
+	snprintf(k->src, sizeof(k->src), "%s", v->src);
+	snprintf(k->dst, sizeof(k->dst), "%s", v->dst);
+	snprintf(k->name, sizeof(k->name), "%s", p->name);
+	if (k->has_aeth && (p->syndrome >> 5) == 3 &&
+	    (p->syndrome & 0x1f) < sizeof(nak_codes) / sizeof(nak_codes[0]))
+		k->nak_code = nak_codes[p->syndrome & 0x1f];
+	return 0;
+}
+
+/* One frame: print it if it is RoCE v2 (with --answers, keep it). 0, or -1
+ * when a TODO is not done. */
 static int dump_frame(struct dump_ctx *ctx, const uint8_t *data, size_t caplen)
 {
 	struct frame_view v = { 0 };
@@ -433,10 +483,13 @@ static int dump_frame(struct dump_ctx *ctx, const uint8_t *data, size_t caplen)
 		return -1;
 	if (ret == -1) {
 		ctx->malformed++;
-		printf("%lu %s > %s malformed: %s\n", ctx->frames, v.src, v.dst,
-		       why);
+		if (!ctx->answers)
+			printf("%lu %s > %s malformed: %s\n", ctx->frames,
+			       v.src, v.dst, why);
 		return 0;
 	}
+	if (ctx->answers)
+		return keep_packet(ctx, ctx->frames, &v, &p);
 	return print_packet(ctx->frames, &v, &p);
 }
 
@@ -505,13 +558,16 @@ static void close_ctx(struct dump_ctx *ctx)
 	ctx->pcap = NULL;
 }
 
-static int print_answers(void)
+/* --answers: each question, answered by answer() from the packets kept. */
+static void print_answers(const struct dump_ctx *ctx)
 {
-	const struct answer *a;
+	const char *const *q;
+	char out[128];
 
-	for (a = answers; a->question; a++)
-		printf("%s: %s\n", a->question, a->answer);
-	return 0;
+	for (q = questions; *q; q++) {
+		answer(*q, ctx->pkts, ctx->n, out, sizeof(out));
+		printf("%s: %s\n", *q, out);
+	}
 }
 
 int main(int argc, char **argv)
@@ -524,23 +580,24 @@ int main(int argc, char **argv)
 	want_answers = course_take_opt(&argc, argv, "--answers", 0, usage);
 	course_default_opts(&o);
 	course_parse_opts(argc, argv, OPT_HOST, usage, &o);
-	if (want_answers) {
-		if (o.host)
-			course_usage_exit(argv[0], usage);
-		return print_answers();
-	}
 	if (!o.host)
 		course_usage_exit(argv[0], usage);
 	ctx.file = o.host;
+	ctx.answers = !!want_answers;
 
 	if (open_ctx(&ctx))
 		return 1;
 	ret = dump_all(&ctx);
 	if (ret)
 		goto out_close;
-	printf("%lu frames: %lu RoCE packets, %lu malformed, %lu other\n",
-	       ctx.frames, ctx.roce - ctx.malformed, ctx.malformed, ctx.other);
+	if (ctx.answers)
+		print_answers(&ctx);
+	else
+		printf("%lu frames: %lu RoCE packets, %lu malformed, %lu other\n",
+		       ctx.frames, ctx.roce - ctx.malformed, ctx.malformed,
+		       ctx.other);
 out_close:
 	close_ctx(&ctx);
+	free(ctx.pkts);
 	return ret ? 1 : 0;
 }
