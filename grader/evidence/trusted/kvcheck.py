@@ -244,7 +244,7 @@ def check_client_vs_server(server, qpn, ops, stdout, who, partial=False):
                 mine["value"] = theirs["value"] = None
             if mine != theirs:
                 problems.append(("reply", reply_mixup(
-                    who, j, op, res, r, reqs[k - 2] if k >= 2 else None)))
+                    who, j, op, res, r, reqs[:k - 1])))
             continue
         if k >= len(arrivals):
             break           # partial: no request after this GET arrived
@@ -259,9 +259,19 @@ def check_client_vs_server(server, qpn, ops, stdout, who, partial=False):
     return problems
 
 
-def reply_mixup(who, j, op, res, r, prev):
+def _printed(rec):
+    """What a client prints of a reply: its status, and where it is when
+    it is ok."""
+    ok = rec.get("status") == "ok"
+    return (rec.get("status"), rec.get("slot") if ok else None,
+            rec.get("version") if ok else None)
+
+
+def reply_mixup(who, j, op, res, r, earlier):
     """A request's reported result differs from the reply the server
-    sent: say whose reply the client took, when it is recognisable."""
+    sent: say whose reply the client took, when it is recognisable.
+    `earlier`: the server's records of the requests before this one on
+    the connection."""
     head = (f"{who}: op {j + 1} ({op_text(op)}) printed {res['line']!r}, "
             f"but the reference server's reply to that request said "
             f"{r['status']}")
@@ -274,12 +284,20 @@ def reply_mixup(who, j, op, res, r, prev):
                 f"which carries this request's seq but another client's id "
                 f"(0x{f['client']:06x}) - a reply matched to the wrong "
                 f"client")
-    if r.get("dup_before") and prev and \
-            (res.get("slot"), res.get("version")) == (prev["slot"],
-                                                       prev["version"]):
-        return (head + ": it took the duplicate of the previous request's "
-                "reply the server sent just before (seq "
-                f"{prev['seq']}, not {r['seq']}) - a stale reply")
+    # The previous request's reply: its duplicate, sent just before this
+    # one's, or the real one left over after an earlier duplicate was
+    # taken in its place (which looked the same, so nothing showed then).
+    prev = earlier[-1] if earlier else None
+    if prev and _printed(res) == _printed(prev):
+        if r.get("dup_before"):
+            return (head + ": it took the duplicate of the previous "
+                    "request's reply the server sent just before (seq "
+                    f"{prev['seq']}, not {r['seq']}) - a stale reply")
+        if any(e.get("dup_before") for e in earlier):
+            return (head + ": it took the previous request's reply (seq "
+                    f"{prev['seq']}, not {r['seq']}), left over since an "
+                    "earlier request took a duplicate the server sent "
+                    "in its place - a stale reply")
     return head
 
 
