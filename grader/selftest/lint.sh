@@ -25,7 +25,7 @@ while IFS= read -r f; do
 	*.bats) bats+=("$f") ;;
 	*.sh | *.bash) scripts+=("$f") ;;
 	*)
-		case "$(head -n 1 "$f" 2>/dev/null)" in
+		case "$(head -n 1 "$f" 2>/dev/null | tr -d '\0')" in
 		'#!/bin/busybox sh'*) ash+=("$f") ;;
 		'#!'*bash* | '#!'*/sh*) scripts+=("$f") ;;
 		esac
