@@ -54,6 +54,7 @@ import pytest
 from grader import GradeFailure, GradedOnSubmission, expect, points
 from grader.core.harness import capped, leak_checker, run
 from grader.evidence.interpose import Spy, build_interposer, parse_int
+from grader.evidence.rxe import Rdma
 
 PROG = "failures"
 T = "5"                     # --timeout: an experiment's waits
@@ -804,17 +805,35 @@ FORMS = [
 ]
 
 
-def answer_key(course):
-    """{experiment: outcome} from the answer key, or None where the course
-    has none (the students' repository)."""
-    path = course / KEY_FILE
+def key_file(kind):
+    """The answer key of a device kind: what rxe does is ANSWERS.md; what
+    another kind does (mlx5: an unaligned atomic, a post before RTS, a CQ
+    overrun differ by provider and rdma-core version) is its own
+    ANSWERS-KIND.md, written by the instructor from the reference
+    solution's run on that device (INSTRUCTORS.md)."""
+    if kind in ("rxe", "unknown"):
+        return KEY_FILE
+    return KEY_FILE.with_name(f"ANSWERS-{kind}.md")
+
+
+def answer_key(course, kind="rxe"):
+    """{experiment: outcome} from the answer key of the device @kind, or
+    None where the course has none (the students' repository)."""
+    path = course / key_file(kind)
     if not path.is_file():
+        if (course / KEY_FILE).is_file():
+            raise GradeFailure(
+                f"no answer key for {kind} devices ({key_file(kind)}): the "
+                f"predictions are graded against what the device does, and "
+                f"rxe's key ({KEY_FILE}) is not what a {kind} device does. "
+                f"They cannot be graded on this device until that key is "
+                f"written (INSTRUCTORS.md, 'Grading on your own hardware')")
         return None
     key = {m.group("exp"): m.group("outcome")
            for m in KEY_ROW.finditer(path.read_text())}
     missing = set(EXPERIMENTS) - set(key)
     if missing:
-        raise GradeFailure(f"{KEY_FILE}: its key table has no row for "
+        raise GradeFailure(f"{key_file(kind)}: its key table has no row for "
                            f"{sorted(missing)} (a course problem)")
     return key
 
@@ -878,7 +897,8 @@ def _score_predictions(build, exps):
             f"the headers):\n" + "\n".join(bad)
             + f"\nreproduce: {build.command(PROG, '--predictions')} "
             f"prints the table")
-    key = answer_key(build.course)
+    kind = Rdma().kind
+    key = answer_key(build.course, kind)
     if key is None:
         raise GradedOnSubmission(
             f"{where}: {len(exps)} predictions, each in a form of "
@@ -889,7 +909,7 @@ def _score_predictions(build, exps):
     if wrong:
         raise GradeFailure(
             f"{where}: {len(wrong)} of these {len(exps)} predictions are not "
-            f"what rxe does:\n" + "\n".join(wrong)
+            f"what {'rxe' if kind == 'unknown' else kind} does:\n" + "\n".join(wrong)
             + f"\nreproduce: {build.command(PROG, '--predictions')} "
             f"prints the table")
 

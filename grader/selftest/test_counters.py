@@ -297,3 +297,38 @@ def test_no_evidence_in_pairs_of_hosts(sysfs):
                        "client's host"):
         expect_own_traffic(r, v, "SENDs sent", 3, "client")
 
+
+
+# ---- what the device decides ----------------------------------------------------
+
+def test_unaligned_atomic_per_kind():
+    from grader.evidence import behaviour
+    assert behaviour.unaligned_atomic("rxe") == "post"
+    assert behaviour.unaligned_atomic("mlx5") == "completion"
+    with pytest.raises(GradeFailure, match="no evidence: the course does not "
+                       "know where a bnxt_en device refuses"):
+        behaviour.unaligned_atomic("bnxt_en")
+
+
+def test_lesson_09_key_per_kind(tmp_path):
+    """rxe's key is ANSWERS.md; an mlx5 device is graded against
+    ANSWERS-mlx5.md, and without it the predictions say they cannot be
+    graded there (never against rxe's key); the students' repository (no
+    key at all) stays graded on submission."""
+    mod = _lesson("test_09_failures")
+    key = tmp_path / "solutions" / "09-failures"
+    assert mod.answer_key(tmp_path, "mlx5") is None       # no key at all
+    key.mkdir(parents=True)
+    rows = "".join(f"| {e} | `succeeded` |\n" for e in mod.EXPERIMENTS)
+    (key / "ANSWERS.md").write_text(rows)
+    assert mod.answer_key(tmp_path, "rxe") == dict.fromkeys(mod.EXPERIMENTS,
+                                                            "succeeded")
+    assert mod.answer_key(tmp_path, "unknown") is not None  # no device: rxe
+    with pytest.raises(GradeFailure, match="no answer key for mlx5 devices "
+                       r"\(solutions/09-failures/ANSWERS-mlx5.md\)"):
+        mod.answer_key(tmp_path, "mlx5")
+    (key / "ANSWERS-mlx5.md").write_text(rows.replace(
+        "| num-sge | `succeeded` |", "| num-sge | `ibv_post_send failed: "
+        "EINVAL` |"))
+    assert mod.answer_key(tmp_path, "mlx5")["num-sge"] == \
+        "ibv_post_send failed: EINVAL"
