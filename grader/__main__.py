@@ -8,7 +8,9 @@ python3 -m grader student-repo OUT - make student-repo (grader/classroom/student
 python3 -m grader grade-class ... - make grade-class (grader/classroom/classrun.py);
 python3 -m grader gradescope - make gradescope (grader/classroom/gradescope.py);
 python3 -m grader sandbox-check [WHERE] - make doctor's run of one program
-through the sandbox (grader/evidence/sandbox.py)."""
+through the sandbox (grader/evidence/sandbox.py);
+python3 -m grader device-kind DEV - make doctor's word on a device: its kind
+and which lessons' counter evidence it has (grader/evidence/counters.py)."""
 
 import sys
 
@@ -31,7 +33,8 @@ USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
          "       python3 -m grader gradescope-run   (its run_autograder)\n"
          "       python3 -m grader class-run SPEC   (what grade-class runs "
          "in the VM)\n"
-         "       python3 -m grader sandbox-check [WHERE]   (make doctor)")
+         "       python3 -m grader sandbox-check [WHERE]   (make doctor)\n"
+         "       python3 -m grader device-kind DEV   (make doctor)")
 
 if __name__ == "__main__":
     verb = sys.argv[1] if len(sys.argv) > 1 else ""
@@ -61,6 +64,9 @@ if __name__ == "__main__":
         build_programs(COURSE)
         sys.exit(sandbox.check(COURSE, sys.argv[2] if len(sys.argv) > 2
                                else "here"))
+    if verb == "device-kind":
+        from grader.evidence import counters
+        sys.exit(counters.main(sys.argv[2:]))
     if verb == "symptoms":
         sys.exit(symptoms.main(sys.argv[2:]))
     print(USAGE, file=sys.stderr)

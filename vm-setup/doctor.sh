@@ -50,6 +50,13 @@ native=$(rxe_find_ready)
 if [ -n "$native" ]; then
 	read -r dev gid ip netdev <<<"$native"
 	pass "native RDMA device: $dev port 1 ACTIVE, GID index $gid is RoCE v2 $ip (on $netdev)"
+	# Its kind, and what its counters can grade (grader/evidence/counters.py).
+	if kind=$(cd "$course" && /usr/bin/python3 -m grader device-kind "$dev" 2>&1); then
+		pass "native RDMA device: ${kind//$'\n'/$'\n      '}"
+	else
+		warn "native RDMA device: ${kind//$'\n'/$'\n      '}" \
+			"grade on rxe (the micro-VM: RXE_BACKEND=vm), or add the kind's table to grader/evidence/counters.py"
+	fi
 else
 	devs=$(ls "$SYSFS_IB" 2>/dev/null | tr '\n' ' ')
 	if [ -n "$devs" ]; then

@@ -26,6 +26,7 @@ work requests and no consumed receives: those meanings are missing there.
 """
 
 import os
+import sys
 from pathlib import Path
 
 from grader.core.harness import GradeFailure
@@ -158,3 +159,48 @@ def coverage(kind, tree):
     table = TABLES.get(kind, {})
     return {num: sorted(m for m in ms if m not in table)
             for num, ms in sorted(needed(tree).items())}
+
+
+def report(device, tree, sysfs=None, env=os.environ):
+    """make doctor's lines about @device: its kind and which lessons'
+    counter evidence it has. (ok, [lines]): ok when the kind has a
+    table."""
+    sysfs = Path(sysfs or env.get("SYSFS_IB", "/sys/class/infiniband"))
+    kind = device_kind(sysfs / device, env)
+    table = TABLES.get(kind)
+    if table is None:
+        return False, [f"device {device} is of kind '{kind}': the course has "
+                       f"no counter table for it (grader/evidence/counters.py "
+                       f"knows {', '.join(sorted(TABLES))}); every test that "
+                       f"reads counters says 'no evidence' there"]
+    full, partial = [], []
+    for num, missing in coverage(kind, tree).items():
+        if missing:
+            partial.append(f"{num} ({', '.join(missing)})")
+        else:
+            full.append(num)
+    lines = [f"device {device} is of kind {kind} (its driver); counter "
+             f"table: grader/evidence/counters.py"]
+    if full:
+        lines.append(f"lessons whose counter evidence it has: "
+                     f"{' '.join(full)}")
+    if partial:
+        lines.append(f"lessons asking for counters it lacks (those checks "
+                     f"use another source or fail with 'no evidence'): "
+                     f"{'; '.join(partial)}")
+    key = "ANSWERS.md" if kind == "rxe" else f"ANSWERS-{kind}.md"
+    if not (Path(tree) / "solutions" / "09-failures" / key).is_file():
+        lines.append(f"lesson 09's predictions: no answer key for {kind} "
+                     f"(solutions/09-failures/{key}; INSTRUCTORS.md)")
+    return True, lines
+
+
+def main(argv):
+    """python3 -m grader device-kind DEV: make doctor's report."""
+    if len(argv) != 1:
+        print("usage: python3 -m grader device-kind DEV", file=sys.stderr)
+        return 2
+    from grader.core.course import COURSE
+    ok, lines = report(argv[0], COURSE)
+    print("\n".join(lines))
+    return 0 if ok else 1

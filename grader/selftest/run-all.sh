@@ -95,7 +95,7 @@ device_part() {
 }
 part 4a device_part "$@" &
 
-part 1 bats grader/bats/scripts.bats grader/bats/setup.bats
+part 1 bats grader/bats/scripts.bats grader/bats/setup.bats grader/bats/hardware.bats
 part 2 $PYTEST -m "not device" --durations=8 "$@"
 wait
 

@@ -34,15 +34,40 @@ rxe_port_state() {
 	echo "${s#*: }"
 }
 
+# rxe_gid_at DEV INDEX [PORT] - print "INDEX IPV4" for GID INDEX of DEV/PORT
+# (IPV4 is ? when the GID is not IPv4-mapped). Returns 1 when the slot is
+# empty or absent.
+rxe_gid_at() {
+	local gid h
+	IFS= read -r gid <"$SYSFS_IB/$1/ports/${3:-1}/gids/$2" 2>/dev/null || return 1
+	[ -n "$gid" ] && [ "$gid" != 0000:0000:0000:0000:0000:0000:0000:0000 ] || return 1
+	case "$gid" in
+	0000:0000:0000:0000:0000:ffff:*)
+		h=${gid#0000:0000:0000:0000:0000:ffff:}
+		h=${h//:/}
+		printf '%s %d.%d.%d.%d\n' "$2" "0x${h:0:2}" "0x${h:2:2}" "0x${h:4:2}" "0x${h:6:2}"
+		;;
+	*) echo "$2 ?" ;;
+	esac
+}
+
 # rxe_find_ready - print "DEV GID_INDEX IPV4 NETDEV" for the first RDMA device
 # whose port 1 is ACTIVE and has an IPv4 RoCE v2 GID. Returns 1 when none is.
+# RDMA_DEVICE, when set, is the only device considered (a machine with a
+# real NIC beside others, an InfiniBand one included); RDMA_GID_INDEX, when
+# set, is its GID index, whatever its type (each host of a pair its own).
 rxe_find_ready() {
 	local d dev gi netdev
 	for d in "$SYSFS_IB"/*; do
 		[ -e "$d" ] || continue
 		dev=${d##*/}
+		[ -z "${RDMA_DEVICE:-}" ] || [ "$dev" = "$RDMA_DEVICE" ] || continue
 		[ "$(rxe_port_state "$dev")" = ACTIVE ] || continue
-		gi=$(rxe_gid_index "$dev") || continue
+		if [ -n "${RDMA_GID_INDEX:-}" ]; then
+			gi=$(rxe_gid_at "$dev" "$RDMA_GID_INDEX") || continue
+		else
+			gi=$(rxe_gid_index "$dev") || continue
+		fi
 		IFS= read -r netdev <"$SYSFS_IB/$dev/ports/1/gid_attrs/ndevs/${gi%% *}" 2>/dev/null
 		echo "$dev $gi ${netdev:-?}"
 		return 0
