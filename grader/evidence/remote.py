@@ -2,7 +2,8 @@
 
     python3 -m grader.evidence.remote JOBS -- CMD [ARG...]
 
-JOBS is RDMA_PEER_JOBS, the job directory host B serves when the pair was
+(JOBS ssh://[USER@]HOST[:PORT][/COURSE]: host B is another machine, reached
+over ssh; see ssh_main below.) Otherwise JOBS is RDMA_PEER_JOBS, the job directory host B serves when the pair was
 started as `vm-setup/with-rxe --pair CMD_A ''` (vm-setup/microvm/stage2.sh
 is the other side). CMD runs on B, as root, in the same working directory
 (the course tree is shared by both hosts); its stdout and stderr stream here
@@ -120,11 +121,148 @@ def follow(job, deadline_after_kill=10):
         time.sleep(POLL)
 
 
+# ---- two real hosts: JOBS is ssh://[USER@]HOST[:PORT][/COURSE] ------------
+#
+# Host B is another machine with its own checkout of the course (at COURSE,
+# by default the same path as here) and its own device: the command runs
+# there under B's `vm-setup/with-rxe --backend native`, which picks B's
+# device and GID index (RDMA_PEER_DEVICE and RDMA_PEER_GID_INDEX set here
+# become B's RDMA_DEVICE and RDMA_GID_INDEX). Paths under this checkout in
+# the command and the working directory are translated to B's. Nothing of
+# this host's device settings crosses. The reference peer's questions about
+# the program's QP (kernel.py: `peer-asks-qp`) are answered from this
+# host's kernel into B's job directory with a second ssh. When this process
+# ends, the ssh connection closes and B ends the command's process group
+# (its watcher reads the session's stdin to its end). RDMA_PEER_SSH names
+# the ssh program (default ssh; the host tests use a stand-in).
+
+COURSE = Path(__file__).resolve().parents[2]
+# This host's own: never sent to B (B's with-rxe sets B's).
+_HOST_ONLY = {"RDMA_DEVICE", "RDMA_GID_INDEX", "RDMA_IP", "RDMA_NETDEV",
+              "RDMA_DEVICES", "RDMA_BACKEND", "RDMA_PEER_IP", "RDMA_PEER_JOBS",
+              "RDMA_PEER_SSH", "RDMA_PEER_DEVICE", "RDMA_PEER_GID_INDEX",
+              "RDMA_DEVICE_KIND", "PATH", "TERM"}
+
+
+def parse_ssh(spec):
+    """ssh://[USER@]HOST[:PORT][/COURSE] -> (destination, port or None,
+    B's course path)."""
+    rest = spec[len("ssh://"):]
+    dest, slash, path = rest.partition("/")
+    port = None
+    if ":" in dest:
+        dest, port = dest.rsplit(":", 1)
+        if not port.isdigit():
+            raise SystemExit(f"grader.evidence.remote: bad port in {spec}")
+    if not dest:
+        raise SystemExit(f"grader.evidence.remote: no host in {spec} "
+                         f"(ssh://[USER@]HOST[:PORT][/COURSE])")
+    return dest, port, ("/" + path) if slash else str(COURSE)
+
+
+def _on_b(arg, course_b):
+    """@arg with this checkout's path replaced by B's."""
+    here = str(COURSE)
+    if arg == here or arg.startswith(here + "/"):
+        return course_b + arg[len(here):]
+    return arg
+
+
+def ssh_script(cmd, cwd, course_b, env=os.environ):
+    """The shell script B runs for @cmd."""
+    exports = "".join(
+        f"export {k}={shlex.quote(v)}\n" for k, v in env.items()
+        if k.isidentifier() and k not in _LOCAL and k not in _HOST_ONLY
+        and not k.startswith("BASH_"))
+    for here, there in (("RDMA_PEER_DEVICE", "RDMA_DEVICE"),
+                        ("RDMA_PEER_GID_INDEX", "RDMA_GID_INDEX")):
+        if env.get(here):
+            exports += f"export {there}={shlex.quote(env[here])}\n"
+    run = shlex.join([f"{course_b}/vm-setup/with-rxe", "--backend", "native",
+                      "--", *(_on_b(a, course_b) for a in cmd)])
+    return f"""set -u
+exec 3<&0
+d=$(mktemp -d "${{TMPDIR:-/tmp}}/rdma-job.XXXXXX") || exit 125
+trap 'rm -rf "$d"' EXIT
+echo "rdma-job-dir $d" >&2
+cd {shlex.quote(_on_b(str(cwd), course_b))} || exit 125
+{exports}export RXE_JOB_DIR="$d"
+setsid {run} </dev/null 3<&- &
+pid=$!
+(cat <&3 >/dev/null; kill -TERM -- -$pid 2>/dev/null; sleep 3
+ kill -KILL -- -$pid 2>/dev/null) >/dev/null 2>&1 &
+wait $pid
+"""
+
+
+def _ssh(dest, port):
+    ssh = shlex.split(os.environ.get("RDMA_PEER_SSH", "ssh"))
+    return [*ssh, "-T", "-o", "BatchMode=yes",
+            *(["-p", port] if port else []), dest]
+
+
+def ssh_main(spec, cmd, cwd):
+    """Run @cmd on host B over ssh; stream its output; its exit status."""
+    import subprocess
+    import tempfile
+    dest, port, course_b = parse_ssh(spec)
+    proc = subprocess.Popen([*_ssh(dest, port),
+                             ssh_script(cmd, cwd, course_b)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+    def on_signal(signum, _frame):
+        # B's watcher reads its stdin to the end: closing it (and the
+        # connection) ends the command's process group there.
+        proc.stdin.close()
+        proc.terminate()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    job_b = {}
+
+    def err():
+        for line in proc.stderr:
+            if not job_b and line.startswith(b"rdma-job-dir "):
+                job_b["dir"] = line.split(None, 1)[1].strip().decode()
+                continue
+            sys.stderr.buffer.write(line)
+            sys.stderr.buffer.flush()
+
+    import threading
+    t = threading.Thread(target=err, daemon=True)
+    t.start()
+    with tempfile.TemporaryDirectory() as here:
+        for line in proc.stdout:
+            sys.stdout.buffer.write(line)
+            sys.stdout.buffer.flush()
+            m = kernel.ASK.match(line.rstrip(b"\n"))
+            if m:
+                # B named its job directory on stderr before the command.
+                for _ in range(250):
+                    if job_b:
+                        break
+                    time.sleep(0.02)
+            if m and job_b:
+                kernel.answer(here, line.rstrip(b"\n"))
+                name = f"qp-{int(m.group(1))}.json"
+                path = shlex.quote(f"{job_b['dir']}/{name}")
+                subprocess.run(
+                    [*_ssh(dest, port), f"cat > {path}.new && mv {path}.new "
+                     f"{path}"], input=(Path(here) / name).read_bytes(),
+                    timeout=30, check=False)
+    rc = proc.wait()
+    t.join(timeout=5)
+    return rc
+
+
 def main(argv):
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python3 -m grader.evidence.remote JOBS -- CMD [ARG...]",
               file=sys.stderr)
         return 2
+    if argv[0].startswith("ssh://"):
+        return ssh_main(argv[0], argv[2:], os.getcwd())
     job = submit(argv[0], argv[2:], os.getcwd())
     return follow(job)
 
