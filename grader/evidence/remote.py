@@ -195,9 +195,14 @@ wait $pid
 """
 
 
-def _ssh(dest, port):
+def _ssh(dest, port, control):
+    """The ssh command to B. @control: the job's connection's socket; the
+    answers to the peer's questions go over that connection (a new ssh
+    connection took seconds in the micro-VMs: longer than a program's
+    wait for the peer)."""
     ssh = shlex.split(os.environ.get("RDMA_PEER_SSH", "ssh"))
-    return [*ssh, "-T", "-o", "BatchMode=yes",
+    return [*ssh, "-T", "-o", "BatchMode=yes", "-o", "ControlMaster=auto",
+            "-o", f"ControlPath={control}",
             *(["-p", port] if port else []), dest]
 
 
@@ -206,7 +211,9 @@ def ssh_main(spec, cmd, cwd):
     import subprocess
     import tempfile
     dest, port, course_b = parse_ssh(spec)
-    proc = subprocess.Popen([*_ssh(dest, port),
+    here = tempfile.mkdtemp(prefix="rdma-peer-ssh.")
+    control = f"{here}/cm"
+    proc = subprocess.Popen([*_ssh(dest, port, control),
                              ssh_script(cmd, cwd, course_b)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
@@ -232,7 +239,7 @@ def ssh_main(spec, cmd, cwd):
     import threading
     t = threading.Thread(target=err, daemon=True)
     t.start()
-    with tempfile.TemporaryDirectory() as here:
+    try:
         for line in proc.stdout:
             sys.stdout.buffer.write(line)
             sys.stdout.buffer.flush()
@@ -248,10 +255,14 @@ def ssh_main(spec, cmd, cwd):
                 name = f"qp-{int(m.group(1))}.json"
                 path = shlex.quote(f"{job_b['dir']}/{name}")
                 subprocess.run(
-                    [*_ssh(dest, port), f"cat > {path}.new && mv {path}.new "
-                     f"{path}"], input=(Path(here) / name).read_bytes(),
-                    timeout=30, check=False)
-    rc = proc.wait()
+                    [*_ssh(dest, port, control), f"cat > {path}.new && mv "
+                     f"{path}.new {path}"],
+                    input=(Path(here) / name).read_bytes(), timeout=30,
+                    check=False)
+        rc = proc.wait()
+    finally:
+        import shutil
+        shutil.rmtree(here, ignore_errors=True)
     t.join(timeout=5)
     return rc
 

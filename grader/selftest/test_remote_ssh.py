@@ -66,7 +66,10 @@ def test_output_status_and_b_s_own_device(hosts):
     assert res.stdout.splitlines() == [
         "out", "bdev0 5 bar", str(b / "grader"), str(b / "grader" / "x.py")]
     assert res.stderr == "err\n"            # B's job line is not shown
-    assert log.read_text().startswith("-T -o BatchMode=yes -p 2222 me@hostb ")
+    first = log.read_text().splitlines()[0]
+    assert first.startswith("-T -o BatchMode=yes -o ControlMaster=auto -o "
+                            "ControlPath="), first
+    assert " -p 2222 me@hostb set -u" in first, first
 
 
 def test_b_s_device_settings_from_here(hosts):
