@@ -2,8 +2,9 @@
 grader/evidence/counters.py maps each meaning to a file per device kind).
 
 vm-setup/with-rxe exports RDMA_DEVICE, RDMA_GID_INDEX, RDMA_IP, RDMA_NETDEV
-and RDMA_BACKEND (and, on host A of a pair, RDMA_PEER_IP and RDMA_PEER_JOBS);
-outside it there is no device to grade on.
+and RDMA_BACKEND (and, on host A of a pair, RDMA_PEER_IP and RDMA_PEER_JOBS:
+the pair's jobs directory, or ssh://HOST/COURSE for another machine,
+grader/evidence/remote.py); outside it there is no device to grade on.
 """
 
 import os
