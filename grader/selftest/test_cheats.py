@@ -64,11 +64,19 @@ EXPECTED = {
             "unknown_device", "no_device", "no_leaks")}
         | {"test_01_devices_spy.py::test_guid_from_verbs"},
     },
-    # Registrations made, timings made up (growing with the size).
+    # Registrations made, timings made up (growing with the size). Round
+    # trips made (RDMA: each ping and pong; UDP: each datagram sent, its
+    # echo read only at the end), samples made up (the README's rxe numbers).
     "fabricated-timings": {
         "02-memory-regions": {
             "test_02_memory_regions.py::test_reg_cost_grows",
             "test_02_memory_regions.py::test_reg_cost_timed"},
+        # (a client that waits for no echo does not see that no server
+        # answers either: test_udp_no_server)
+        "11-latency": {
+            "test_11_latency.py::test_rdma_reference_server",
+            "test_11_latency.py::test_udp_reference_server",
+            "test_11_latency.py::test_udp_no_server"},
     },
     # States printed from a counter, B printing --msg.
     "faked-states": {
@@ -171,6 +179,10 @@ CONVINCED = {
     "12-atomics": ["test_12_atomics.py::test_server_checks_counter"],
     "10-events": ["test_10_events.py::test_peer_server",
                   "test_10_events.py::test_uses_channel"],
+    "11-latency": ["test_11_latency.py::test_rdma_pair",
+                   "test_11_latency.py::test_rdma_summary_is_the_samples",
+                   "test_11_latency.py::test_udp_pair",
+                   "test_11_latency.py::test_udp_summary_is_the_samples"],
     "16-on-the-wire": ["test_16_on_the_wire.py::test_bth",
                        "test_16_on_the_wire.py::test_real_capture"],
     # exec-other: the program is the solution up to its exec (its options

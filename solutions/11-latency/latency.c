@@ -535,9 +535,11 @@ int main(int argc, char **argv)
 	if (o.host) {
 		if (measure(&ctx, warmup, o.iters, ns))
 			goto out_close;
-		summarise(ctx.udp ? "udp" : "rdma", ctx.size, ns, o.iters);
+		/* The CSV first: summarise() sorts the samples in place, and
+		 * the CSV keeps them in the order measured. */
 		if (csv && write_csv(csv, ns, o.iters))
 			goto out_close;
+		summarise(ctx.udp ? "udp" : "rdma", ctx.size, ns, o.iters);
 	} else {
 		int (*serve)(struct lat_ctx *, long) =
 			ctx.udp ? udp_serve : rdma_serve;

@@ -49,6 +49,7 @@ from grader.evidence.trusted import oob, patterns                        # noqa:
 from grader.evidence.trusted.kernel import (kernel_srq_of, program_qp,  # noqa: E402
                                             program_qps)
 from grader.evidence.trusted.oob import PeerGone                         # noqa: E402
+from grader.evidence.trusted.udp_echo import Holds                       # noqa: E402
 from grader.evidence.trusted.verbs import (WC_STATUS, RcResources,       # noqa: E402
                                   SharedRc, WcError)
 
@@ -189,6 +190,56 @@ class Session:
 
     def lesson05_client(self):
         self._pingpong("c", "s")
+
+    # ---- lesson 11: the latency echo -----------------------------------------
+
+    def lesson11_server(self):
+        """Answer --iters pings (the warm-up's included) of --size bytes with
+        a pong each, as lesson 11's server does; --holds of the timed ones,
+        drawn here, held before their pong (udp_echo.Holds). Reports when
+        each ping arrived and each pong was posted, and when the program's
+        'D' came (after its last sample ended)."""
+        a, r = self.args, self.result
+        size = a.size
+        holds = Holds(a.warmup, a.iters, a.holds, a.hold_min_ms)
+        res = self.resources(2 * size, e.IBV_ACCESS_LOCAL_WRITE, 0)
+        res.post_recv(WRID_RECV, 0, size)
+        theirs = self.meet(res, res.info(length=size))
+        if theirs.length != size:
+            raise PeerGone(f"the program said its messages are "
+                           f"{theirs.length} bytes, expected {size}")
+        sends = 0
+        try:
+            for i in range(a.iters):
+                while True:
+                    wc = res.poll(f"round trip {i}", a.timeout, self.sock)
+                    if wc.wr_id == WRID_RECV:
+                        break
+                    sends -= 1
+                holds.arrive()
+                if wc.byte_len != size:
+                    raise PeerGone(f"round trip {i}: {wc.byte_len} bytes "
+                                   f"arrived, expected {size}")
+                if i + 1 < a.iters:
+                    res.post_recv(WRID_RECV, 0, size)
+                while sends >= res.max_wr - 1:
+                    if res.poll(f"round trip {i}", a.timeout,
+                                self.sock).wr_id == WRID_RECV:
+                        raise PeerGone(f"round trip {i}: a message came "
+                                       f"before its pong")
+                    sends -= 1
+                holds.hold()
+                holds.answer()
+                res.post_send(WRID_SEND, e.IBV_WR_SEND, size, size)
+                sends += 1
+            while sends:
+                res.poll("the last pong", a.timeout, self.sock)
+                sends -= 1
+            self.finish()
+            holds.end = time.monotonic_ns()
+        finally:
+            r["served"] = len(holds.answered)
+            r |= holds.report()
 
     # ---- lesson 06: RDMA WRITE WITH IMMEDIATE -------------------------------
 
@@ -659,8 +710,8 @@ class CmSession(Session):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="peer.py", description=__doc__.split(
         "\n\n")[0])
-    p.add_argument("lesson", choices=["05", "06", "07", "08", "12", "13",
-                                      "14"])
+    p.add_argument("lesson", choices=["05", "06", "07", "08", "11", "12",
+                                      "13", "14"])
     p.add_argument("role", choices=["server", "client"])
     p.add_argument("--host", default=os.environ.get("RDMA_IP", "localhost"))
     p.add_argument("--port", type=int, default=0)
@@ -682,6 +733,9 @@ def main(argv=None):
     p.add_argument("--slots", type=int, default=16)      # 13, server
     p.add_argument("--seed", type=int, default=1)        # 13, server
     p.add_argument("--send", action="store_true")        # 13, server
+    p.add_argument("--warmup", type=int, default=0)      # 11, server
+    p.add_argument("--holds", type=int, default=0)       # 11, server
+    p.add_argument("--hold-min-ms", type=int, default=20)  # 11, server
     args = p.parse_args(argv)
     return (CmSession if args.lesson == "08" else Session)(args).run()
 
