@@ -199,6 +199,18 @@ def sq(run):
             f"(ibv_post_send() through the QP's context)\nreproduce: "
             f"{run['how']}")
     f = max(lines, key=lambda f: int(f["wrs"]))
+    # The record's QP must be the one outside evidence names: the QP the
+    # client's qp_info gave the reference server (which accepts packets of
+    # that QP only), owned by the client's PID (the kernel).
+    v = run["v"]
+    theirs = (v.get("theirs") or {}).get("qpn")
+    if theirs is None or int(f["qpn"]) != theirs:
+        raise GradeFailure(
+            f"the interposer's record streamed on QP {f['qpn']}, but the "
+            f"QP the client named to the reference server (its qp_info) "
+            f"is {theirs}: the record is not of the stream the server "
+            f"received\nreproduce: {run['how']}")
+    expect_owner(v, run["pid"], "client")
     hists = ("opcodes", "chains", "gaps", "fills", "waits")
     out = {k: int(v) for k, v in f.items() if k not in hists}
     out.update({k: hist(f.get(k, "-")) for k in hists})
