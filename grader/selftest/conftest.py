@@ -110,7 +110,11 @@ def grade_tree(tree, lessons=None):
     path). make test compiled the tree on the host first."""
     # In the course's build/ (the host sees it after the VM is gone): the
     # transcripts of a grading that lost points are what explains it.
-    out = COURSE / "build" / "selftest-grades" / str(tree).replace("/", "_")
+    # One directory per tree and lesson set: make test LESSON=NN runs side
+    # by side (one per engineer) and removed each other's results here.
+    out = COURSE / "build" / "selftest-grades" / (
+        str(tree).replace("/", "_")
+        + (f"-{'-'.join(lessons)}" if lessons else ""))
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     # Through the warm grader when the session has one (warm_grader): a
