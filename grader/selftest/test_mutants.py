@@ -247,6 +247,8 @@ def test_device_mutants_prove_their_symptoms(tmp_path):
     only = os.environ.get("MUTANTS", "")     # e.g. MUTANTS=05,08/never-acked
     mutants = [m for m in all_mutants() if m.device and (
         not only or any(m.id.startswith(o) for o in only.split(",")))]
+    if not mutants:
+        return      # (MUTANTS=16: a lesson graded on the host has none)
     problems, report = _grade_all(mutants, tmp_path, PARALLEL)
     print(report)
     assert not problems, "\n".join(problems) + "\n" + report
