@@ -275,6 +275,31 @@ def _killed():
 
 # ---- processes --------------------------------------------------------------
 
+# The name of the program each pid the grader started a student's program
+# as (Build.start/run): the kernel names a QP's owner by pid and comm, and
+# the comm must be the program's own (the sandbox refuses a second exec;
+# an uncontained run does not).
+_program_names = {}
+
+
+def started_program(pid, name):
+    """Record that `pid` runs the student's program `name`."""
+    _program_names[pid] = name
+
+
+def owner_problem(q, pid):
+    """Why `q` (a QP as `rdma resource show qp` gives it: pid, comm) is
+    not owned by the program started as `pid`, or None when it is."""
+    if not q or q.get("pid") != pid:
+        return f"owned by pid {q.get('pid') if q else None}, not {pid}"
+    name = _program_names.get(pid)
+    if name and q.get("comm") is not None and q["comm"] != name[:15]:
+        return (f"owned by pid {pid}, but that process runs "
+                f"'{q['comm']}', not the program '{name}': it became "
+                f"another program")
+    return None
+
+
 # The pids of live processes started outside the sandbox (trusted peers):
 # a sandbox that is not contained kills every other leftover process.
 _trusted = None

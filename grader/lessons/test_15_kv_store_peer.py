@@ -51,6 +51,7 @@ import pytest
 from grader import GradeFailure, expect, expect_match, points
 from grader.evidence.interpose import Spy, build_interposer, parse_int
 from grader.evidence.trusted import kvcheck
+from grader.core.harness import owner_problem
 from grader.evidence.trusted.run import (REMOTE, expect_peer_ok, host,
                                          peer_host, rand_between, start_peer,
                                          verdict)
@@ -176,15 +177,15 @@ def expect_clients_ok(results, v, what):
 
 
 def expect_owners(v, pids, qpns):
-    got = {c["qpn"]: (c.get("remote_qp") or {}).get("pid")
-           for c in v.get("clients", [])}
+    got = {c["qpn"]: c.get("remote_qp") for c in v.get("clients", [])}
     for pid, qpn in zip(pids, qpns):
-        if got.get(qpn) != pid:
+        why = owner_problem(got.get(qpn), pid)
+        if why:
             raise GradeFailure(
                 f"the QP 0x{qpn:06x} that connected to the reference server"
-                f"\n  expected: owned by pid {pid} (the client that printed "
-                f"it)\n  got:      rdma resource show qp says pid "
-                f"{got.get(qpn)}")
+                f" is not the client's: {why}\n  expected: owned by pid "
+                f"{pid} (the client that printed it)\n  got:      rdma "
+                f"resource show qp says {got.get(qpn)}")
 
 
 def fail_problems(problems, what, limit=6):
@@ -409,11 +410,12 @@ def test_ref_clients(server_run):
         raise GradeFailure("\n".join(failed))
     for i, v in enumerate(run["vs"]):
         q = v.get("remote_qp") or {}
-        if q.get("pid") != run["pid"]:
+        why = owner_problem(q, run["pid"])
+        if why:
             raise GradeFailure(
-                f"the QP reference client {i + 1} connected to\n  expected: "
-                f"owned by pid {run['pid']} (the server)\n  got:      rdma "
-                f"resource show qp says {q}")
+                f"the QP reference client {i + 1} connected to is not the "
+                f"server's: {why}\n  expected: owned by pid {run['pid']} "
+                f"(the server)\n  got:      rdma resource show qp says {q}")
     fail_problems(kvcheck.check_clients_vs_server(run["vs"]),
                   "what the 3 reference clients saw of the server's table "
                   "and replies (their operations' times in one clock)")

@@ -173,3 +173,16 @@ def test_the_wait_limit_caps_every_wait_then_more_after_a_kill(badprogs, tmp_pat
     assert [r.timeout for r in (first, second)] == [2, 1]
     assert second.status() == "killed by the grader after 1 s"
     assert harness.capped(60) == 60         # lifted
+
+
+def test_a_qp_is_the_programs_by_pid_and_name():
+    from grader.core.harness import owner_problem, started_program
+    started_program(424242, "a_long_program_name")
+    mine = {"pid": 424242, "comm": "a_long_program_"}   # comm: 15 characters
+    assert owner_problem(mine, 424242) is None
+    assert "not 424242" in owner_problem({"pid": 7, "comm": "x"}, 424242)
+    assert "not 424242" in owner_problem(None, 424242)
+    why = owner_problem({"pid": 424242, "comm": "python3"}, 424242)
+    assert "'python3'" in why and "became another program" in why
+    # A pid the grader did not start a program as: the pid alone decides.
+    assert owner_problem({"pid": 99, "comm": "anything"}, 99) is None

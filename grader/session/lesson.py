@@ -209,11 +209,13 @@ class Build:
         command prefix for an uncontained run only (contained, the
         program may start no other: sandbox.py)."""
         env = self._spied(prog, env)
-        res = harness.run(self._wrapped(wrap, prog, *args),
+        p = harness.start(self._wrapped(wrap, prog, *args),
                           timeout=self._timeout(timeout), input=input,
                           env=env, sandbox=self.sandbox, rlimits=rlimits,
                           empty_dirs=empty_dirs,
                           final=self.lesson.final_line(prog))
+        harness.started_program(p.proc.pid, self.path(prog).name)
+        res = p.wait()
         self._saw(res, prog)
         return res
 
@@ -223,12 +225,14 @@ class Build:
         """Start the student's `prog` in the sandbox (see harness.start
         and run())."""
         env = self._spied(prog, env)
-        return harness.start(self._wrapped(wrap, prog, *args), ready=ready,
-                             timeout=self._timeout(timeout), env=env,
-                             input=input, sandbox=self.sandbox,
-                             rlimits=rlimits, empty_dirs=empty_dirs,
-                             on_result=lambda r: self._saw(r, prog),
-                             final=self.lesson.final_line(prog))
+        p = harness.start(self._wrapped(wrap, prog, *args), ready=ready,
+                          timeout=self._timeout(timeout), env=env,
+                          input=input, sandbox=self.sandbox,
+                          rlimits=rlimits, empty_dirs=empty_dirs,
+                          on_result=lambda r: self._saw(r, prog),
+                          final=self.lesson.final_line(prog))
+        harness.started_program(p.proc.pid, self.path(prog).name)
+        return p
 
     def run_cmd(self, cmd, timeout=None, input=None, env=None):
         return harness.run(cmd, timeout=self._timeout(timeout), input=input,

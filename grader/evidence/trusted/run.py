@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from grader.core import harness
-from grader.core.harness import GradeFailure
+from grader.core.harness import GradeFailure, owner_problem
 from grader.evidence.trusted.zygote import Zygote
 
 PEER = Path(__file__).resolve().parent / "peer.py"
@@ -139,11 +139,12 @@ def expect_owner(v, pid, who):
     """The QP the program named in its qp_info is its own (the kernel's
     `rdma resource show qp`)."""
     q = v.get("remote_qp")
-    if not q or q.get("pid") != pid:
+    why = owner_problem(q, pid)
+    if why:
         raise GradeFailure(
             f"the QP number the {who} sent in its qp_info (0x"
             f"{v.get('theirs', {}).get('qpn', 0):06x}) is not the {who}'s "
-            f"own QP\n  expected: owned by pid {pid} (the {who})\n"
+            f"own QP: {why}\n  expected: owned by pid {pid} (the {who})\n"
             f"  got:      rdma resource show qp says {q}")
 
 
