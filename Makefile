@@ -20,13 +20,17 @@
 #                        on host A of two linked VMs ('b CMD' runs CMD on host B)
 #   make vm-up           keep a warm micro-VM: later grading starts at once
 #   make vm-down         stop it (it also stops after 15 idle minutes)
-#   make plot LESSON=02  draw a lesson's measurements to a PNG (02, 11, 13)
+#   make plot LESSON=02  draw a lesson's measurements to a PNG (02, 11, 13, 18)
 #   make bench-latency   lesson 11's reference RDMA p50 against ib_send_lat x 2
 #                        (ratio, target <= 1.3) and the UDP p50, in one run
 #   make bench-bw        lesson 13's reference bw against ib_write_bw: MB/s at
 #                        64 KiB and Mmsg/s at 64 B (ratios, target >= 0.8)
 #   make bench-kv [SRC=DIR]  lesson 15: one-sided GET against GET by request, torn
 #                        READs under a writer, the graded ratios (README's table)
+#   make bench-seq       lesson 18's reference seq, --mode faa, rc and ud at
+#                        C = 1, 2, 4, 8: Mops/s, p50, p99, and its client against
+#                        the reference client on one reference server (ratio,
+#                        target >= 0.8), in one run
 #   make bench-vm        micro-VM boot-to-ready time, with-rxe overhead, and a
 #                        round trip in one VM against a linked pair
 #   make bench-grade     wall time of grading all solutions and of make test
@@ -82,7 +86,7 @@ lesson_dir = $(or $(firstword $(wildcard lessons/$(1)-* lessons/0$(1)-*)),\
 # absolute SRC).
 build_out = build/$(patsubst /%,abs/%,$(SRC))/$(notdir $(call lesson_dir,$(1)))
 
-.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-stability bench-latency bench-bw bench-kv deps clean \
+.PHONY: help status hint watch grade test lint vm-up vm-down build doctor vm-shell plot bench-vm bench-grade bench-stability bench-latency bench-bw bench-kv bench-seq deps clean \
 	student-repo grade-class class-report class-transcript similarity bench-class gradescope vm-kernel-update vm-cache-export vm-cache-import bench-arm64
 
 comma := ,
@@ -137,7 +141,7 @@ plot:
 	@test -x $(call lesson_dir,$(LESSON))/plot.sh || \
 		{ echo "lesson $(LESSON) has nothing to plot"; exit 2; }
 	@$(MAKE) -s --no-print-directory build LESSON=$(LESSON) SRC=$(SRC)
-	@$(if $(filter 11 13,$(LESSON)),RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2}) \
+	@$(if $(filter 11 13 18,$(LESSON)),RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2}) \
 		$(WITH_RXE) $(call lesson_dir,$(LESSON))/plot.sh \
 		$(call build_out,$(LESSON)) build/plots
 
@@ -171,6 +175,13 @@ bench-kv:
 	@$(MAKE) -s --no-print-directory build LESSON=15 SRC=$(KV_SRC)
 	@RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2} $(WITH_RXE) $(PYTHON) lessons/15-kv-store/bench.py \
 		build/$(patsubst /%,abs/%,$(KV_SRC))/$(notdir $(call lesson_dir,15))
+
+# Lesson 18: the reference seq's three modes and its client against the
+# reference client on one reference server (lessons/18-sequencer/bench.sh).
+bench-seq:
+	@$(MAKE) -s --no-print-directory build LESSON=18 SRC=solutions
+	@RXE_VM_SMP=$${RXE_VM_SMP_BENCH:-2} $(WITH_RXE) lessons/18-sequencer/bench.sh \
+		build/solutions/$(notdir $(call lesson_dir,18))
 
 student-repo:
 	@$(if $(OUT),,$(error usage: make student-repo OUT=DIR))

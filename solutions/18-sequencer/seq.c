@@ -34,6 +34,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -83,6 +84,7 @@ struct seq_client {
 	uint64_t *lat_ns;  /* client: each request's round trip */
 	uint64_t t_start, t_end;
 	int sends_out; /* server, rc: replies not yet completed */
+	long served;   /* server: its requests answered */
 	int ret;
 };
 
@@ -718,6 +720,7 @@ static int serve_rc(struct seq_ctx *ctx, int k, const struct ibv_wc *wc)
 		return -1;
 	}
 	c->sends_out++;
+	c->served++;
 	return 0;
 }
 
@@ -771,7 +774,7 @@ static int serve_ud(struct seq_ctx *ctx, const struct ibv_wc *wc,
 		ctx->ud_buf + (ctx->ud_depth + served % ctx->ud_depth) * SLOT;
 	struct ibv_send_wr *bad_wr;
 	uint64_t id, number;
-	int ret;
+	int k, ret;
 
 	if (wc->byte_len != GRH_SIZE + REQ_SIZE) {
 		fprintf(stderr, "request: %u bytes, expected %d\n",
@@ -818,20 +821,45 @@ static int serve_ud(struct seq_ctx *ctx, const struct ibv_wc *wc,
 		return -1;
 	}
 	ctx->ud_sends_out++;
+	for (k = 0; k < ctx->nclients; k++)
+		if (ctx->cl[k].theirs.qpn == wc->src_qp)
+			ctx->cl[k].served++;
 	return post_recv_buf(ctx->ud.qp, ctx->ud_mr, rbuf, GRH_SIZE + REQ_SIZE,
 			     slot);
 }
 
+/* Server: has a client said something on TCP ('D', or closed it)
+ * before it had its numbers? */
+static int client_spoke(struct seq_ctx *ctx)
+{
+	struct pollfd fds[MAX_CLIENTS];
+	int k, n = 0;
+
+	for (k = 0; k < ctx->nclients; k++)
+		if (ctx->cl[k].served < ctx->n)
+			fds[n++] = (struct pollfd){
+				.fd = ctx->mode == MODE_UD
+					      ? ctx->cl[k].ud.oob_fd
+					      : ctx->cl[k].rc->oob_fd,
+				.events = POLLIN,
+			};
+	return poll(fds, n, 0) > 0;
+}
+
 /*
  * Server, rc and ud: serve requests until CLIENTS x NUMBERS are answered.
- * A wait of -t seconds with no request ends it:
+ * A wait of -t seconds with no request ends it, and so does a client
+ * that says something on TCP before then:
  *   no request within T s (S of TOTAL served)
+ *   a client is done (or gone) before its N numbers (S of TOTAL
+ *   requests served)
  */
 static int serve(struct seq_ctx *ctx)
 {
 	uint64_t total = (uint64_t)ctx->nclients * ctx->n, served = 0;
 	uint64_t last = course_now_ns();
 	struct ibv_wc wc;
+	unsigned int idle = 0;
 	int k, n;
 
 	while (served < total) {
@@ -889,6 +917,14 @@ static int serve(struct seq_ctx *ctx)
 			continue;
 		}
 		sched_yield(); /* wait_wc() says why */
+		if (++idle % 1024 == 0 && client_spoke(ctx)) {
+			fprintf(stderr,
+				"a client is done (or gone) before its %ld "
+				"numbers (%" PRIu64 " of %" PRIu64
+				" requests served)\n",
+				ctx->n, served, total);
+			return -1;
+		}
 		if (course_now_ns() - last >
 		    (uint64_t)ctx->o->timeout * 1000000000ull) {
 			fprintf(stderr,

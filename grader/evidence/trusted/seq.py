@@ -34,6 +34,8 @@ Both end with one line `peer-result {json}`, whatever happened.
 import argparse
 import json
 import os
+import select
+import socket
 import struct
 import sys
 import time
@@ -284,6 +286,18 @@ class Session:
                 last = time.monotonic()
                 continue
             os.sched_yield()    # rxe's kernel work needs the CPU too
+            # a client that speaks on TCP (its 'D') or leaves before it
+            # had its numbers: no more requests will come from it
+            early = [s for s, (q, _) in zip(self.socks, qpns)
+                     if want[q] < a.iters]
+            spoke, _, _ = select.select(early, [], [], 0)
+            if spoke:
+                k = self.socks.index(spoke[0])
+                raise PeerGone(f"client {k} (QP {qpns[k][0]:#x}) said "
+                               f"{spoke[0].recv(1, socket.MSG_PEEK)!r} on "
+                               f"TCP after {want[qpns[k][0]]} of its "
+                               f"{a.iters} requests ({served} of {total} "
+                               f"served)")
             if time.monotonic() - last > a.timeout:
                 raise PeerGone(f"no request within {a.timeout} s ({served} "
                                f"of {total} served)")

@@ -1,0 +1,5 @@
+# Lesson 18 links your lesson 05, rc.c ($(RC), rc.h), for the faa and rc
+# modes; the ud mode has its own small UD part in seq.c.
+PROGRAMS = seq
+seq_SRCS = $(S)/$(L)/seq.c $(RC)
+LDLIBS += -lpthread
