@@ -61,9 +61,11 @@ port_of() {
 	return 1
 }
 
-# the summary line's rate, p50, p99 from a seq client's output
+# the rate (C x N / T, in Mops/s to 6 decimals: the line's 4 are too few
+# for rxe's RPCs), p50 and p99 of a seq client's summary line
 summary() {
-	sed -n 's/^[a-z]*: [0-9]* clients x [0-9]* numbers in [0-9.]* s: \([0-9.]*\) Mops\/s, p50 \([0-9.]*\) us, p99 \([0-9.]*\) us$/\1 \2 \3/p' "$1"
+	sed -n 's/^[a-z]*: \([0-9]*\) clients x \([0-9]*\) numbers in \([0-9.]*\) s: [0-9.]* Mops\/s, p50 \([0-9.]*\) us, p99 \([0-9.]*\) us$/\1 \2 \3 \4 \5/p' "$1" |
+		awk '$3 > 0 { printf "%.6f %s %s\n", $1 * $2 / $3 / 1e6, $4, $5 }'
 }
 
 failed=0
@@ -93,7 +95,7 @@ for mode in $modes; do
 			"$py" "$ref" client --mode "$mode" --clients "$c" --iters "$n" --host "$host" --port "$port" --timeout 30 >"$tmp/ref.cli" 2>&1
 			wait "$spid"
 			refrate=$(sed -n 's/^peer-result .*"seconds": \([0-9.e-]*\).*/\1/p' "$tmp/ref.cli" |
-				awk -v t="$((c * n))" '$1 > 0 { printf "%.4f", t / $1 / 1e6 }')
+				awk -v t="$((c * n))" '$1 > 0 { printf "%.6f", t / $1 / 1e6 }')
 		fi
 		if [ -n "$vs" ] && [ -n "$refrate" ]; then
 			ratio=$(awk -v a="$vs" -v b="$refrate" 'BEGIN { printf "%.2f", a / b }')
