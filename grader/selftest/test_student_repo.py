@@ -248,12 +248,40 @@ _LATER = ("lessons 13 and 14 are about keeping the send queue full and "
 _NAMED = ("TODO 8 names the call it times (stream()); its subject, the "
           "clock reads and the rates, is in no released file")
 _PEER = ("the reference peers' own QP setup (pyverbs): a pkey index of 0, "
-         "the same in every QP of the course")
+         "a send PSN of 0, the same in every QP of the course")
+_SENDS = ("a SEND's fields (sge, one of them, signaled), given since lesson "
+          "03 and lesson 05's TODO 6: lessons 17 and 18 come after, and "
+          "their TODOs are about what is new (the UD fields, the reply's "
+          "addressing, the counter), not the SEND")
+_SEQ = ("lesson 18's given request and check: the work request's common "
+        "fields (its TODOs 2 and 6 are the opcode and what is sent) and "
+        "lesson 12's counter check line (TODO 7 there, after which lesson "
+        "18 comes)")
 ALLOWED = {
     ("skeletons/13-throughput/bw.c", "05-send-recv/pingpong.c TODO 5"): _LATER,
     ("skeletons/14-srq/srq.c", "05-send-recv/pingpong.c TODO 6"): _LATER,
     ("skeletons/13-throughput/bw.c", "13-throughput/bw.c TODO 8"): _NAMED,
     ("grader/evidence/trusted/verbs.py", "14-srq/srq.c TODO 5"): _PEER,
+    ("grader/evidence/trusted/seq.py", "14-srq/srq.c TODO 5"): _PEER,
+    ("grader/evidence/trusted/seq.py", "17-ud/ud.c TODO 2"): _PEER,
+    ("grader/evidence/trusted/seq.py", "17-ud/ud.c TODO 4"): _PEER,
+    ("grader/evidence/trusted/seq.py", "18-sequencer/seq.c TODO 1"): _PEER,
+    ("grader/evidence/trusted/ud_peer.py", "14-srq/srq.c TODO 5"): _PEER,
+    ("grader/evidence/trusted/ud_peer.py", "17-ud/ud.c TODO 2"): _PEER,
+    ("grader/evidence/trusted/ud_peer.py", "17-ud/ud.c TODO 4"): _PEER,
+    ("grader/evidence/trusted/ud_peer.py", "18-sequencer/seq.c TODO 1"): _PEER,
+    ("grader/evidence/trusted/verbs.py", "17-ud/ud.c TODO 2"): _PEER,
+    ("lessons/08-rdma-cm/cm_common.c", "18-sequencer/seq.c TODO 6"): _SENDS,
+    ("skeletons/03-queue-pairs/qp_states.c", "18-sequencer/seq.c TODO 6"): _SENDS,
+    ("skeletons/10-events/events.c", "18-sequencer/seq.c TODO 6"): _SENDS,
+    ("skeletons/11-latency/latency.c", "18-sequencer/seq.c TODO 6"): _SENDS,
+    ("skeletons/14-srq/srq.c", "18-sequencer/seq.c TODO 6"): _SENDS,
+    ("skeletons/17-ud/ud.c", "05-send-recv/pingpong.c TODO 6"): _SENDS,
+    ("skeletons/17-ud/ud.c", "18-sequencer/seq.c TODO 6"): _SENDS,
+    ("skeletons/18-sequencer/seq.c", "05-send-recv/pingpong.c TODO 6"): _SENDS,
+    ("skeletons/18-sequencer/seq.c", "18-sequencer/seq.c TODO 2"): _SEQ,
+    ("skeletons/18-sequencer/seq.c", "18-sequencer/seq.c TODO 6"): _SEQ,
+    ("skeletons/18-sequencer/seq.c", "12-atomics/atomics.c TODO 7"): _SEQ,
     ("skeletons/10-events/events.c", "05-send-recv/pingpong.c TODO 5"): _POSTS,
     ("skeletons/10-events/events.c", "05-send-recv/pingpong.c TODO 6"): _POSTS,
     ("skeletons/10-events/events.c", "06-rdma-write/rdma_write.c TODO 5"): _POSTS,
