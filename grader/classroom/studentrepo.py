@@ -39,6 +39,7 @@ INSTRUCTOR_ONLY = [
     "grader/classroom/bench-class.sh",
     "grader/selftest/bench-grade.sh",            # grades solutions/
     "grader/selftest/bench-stability.sh",        # grades solutions/
+    "grader/selftest/stalls/",                   # the solutions, stalled
     "grader/selftest/test_variants.py",          # the solutions, restyled
     "grader/classroom/gradescope-files/",         # make gradescope's templates
     str(TEMPLATES) + "/",

@@ -26,6 +26,13 @@ def lessons():
     return sorted({lesson_of(a) for a in APPENDED + REPLACING})
 
 
+def append(lesson_dir, text):
+    """Append `text` to every .c file of `lesson_dir` (the stalled trees of
+    grader/selftest/stalls/tree.py are made the same way)."""
+    for c in Path(lesson_dir).glob("*.c"):
+        c.write_text(c.read_text() + text)
+
+
 def build_tree(tree):
     tree = Path(tree)
     shutil.rmtree(tree, ignore_errors=True)
@@ -34,10 +41,8 @@ def build_tree(tree):
         lesson = lesson_of(attack)
         if not (tree / lesson).exists():
             shutil.copytree(COURSE / "skeletons" / lesson, tree / lesson)
-            for c in (tree / lesson).glob("*.c"):
-                c.write_text(c.read_text() + "\n" + common)
-        for c in (tree / lesson).glob("*.c"):
-            c.write_text(c.read_text() + (HERE / f"{attack}.c").read_text())
+            append(tree / lesson, "\n" + common)
+        append(tree / lesson, (HERE / f"{attack}.c").read_text())
     for attack in REPLACING:
         lesson = lesson_of(attack)
         (tree / lesson).mkdir(parents=True, exist_ok=True)
