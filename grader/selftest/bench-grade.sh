@@ -20,7 +20,8 @@
 # BENCH_ONLY=grade runs only the first part, BENCH_ONLY=hang, linger or
 # stall (both) only those rows; LESSON=NN[,NN] limits the stalled lessons
 # (default: every lesson with a solution). Each row shows the load when it
-# started. Exits 1 when a solution's grading lost points.
+# started; each grading's output, results.json and new transcripts are
+# kept in build/bench-grade/. Exits 1 when a solution's grading lost points.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 
@@ -45,6 +46,7 @@ timed() {
 	shift 2
 	load=$(cut -d' ' -f1 /proc/loadavg)
 	rm -f "$out/r.json"
+	touch "$out/start"
 	a=$(date +%s%N)
 	RXE_VM_COLD=$cold make --no-print-directory grade "$@" RESULTS="$out/r.json" >"$out/log" 2>&1 || {
 		case $name in
@@ -57,6 +59,17 @@ timed() {
 		esac
 	}
 	b=$(date +%s%N)
+	# Each grading's output and results.json stay for a look at where the
+	# time went (a test's execution_time), the last run's only.
+	mkdir -p build/bench-grade
+	cp "$out/log" "build/bench-grade/${name//[^a-z0-9]/_}.log"
+	cp "$out/r.json" "build/bench-grade/${name//[^a-z0-9]/_}.json" 2>/dev/null
+	rm -rf "build/bench-grade/${name//[^a-z0-9]/_}.transcripts"
+	find .grade/transcripts -name '*.log' -newer "$out/start" 2>/dev/null |
+		while read -r f; do
+			mkdir -p "build/bench-grade/${name//[^a-z0-9]/_}.transcripts"
+			cp "$f" "build/bench-grade/${name//[^a-z0-9]/_}.transcripts/"
+		done
 	/usr/bin/python3 - "$name" "$a" "$b" "$load" "$out/r.json" >>"$rows" <<'PY'
 import json, sys
 name, a, b, load, path = sys.argv[1:]
