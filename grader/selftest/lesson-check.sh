@@ -3,7 +3,9 @@
 # whoever adds or changes a lesson. Each step prints its time:
 #   1. static, on the host: the lesson's course checks (files, TODO regions,
 #      warning-free builds, its Common failures table), lint, and its
-#      solution, skeleton, mutants and cheats compiled
+#      solution, skeleton, mutants and cheats compiled (a lesson graded
+#      without a device, lesson.toml's device = false: all of them graded
+#      here, and step 2 has nothing to do)
 #   2. in one micro-VM: its solution graded (full marks), its skeleton (not
 #      full), its mutants (each shows its symptom first), its cheats (each
 #      loses exactly the tests it fakes), its variants (the solution with
@@ -42,12 +44,19 @@ has_mutants=0 has_cheats=0 has_variants=0
 compgen -G "grader/selftest/mutants/$num/*" >/dev/null && has_mutants=1
 compgen -G "grader/selftest/cheats/*/$name" >/dev/null && has_cheats=1
 grep -E '^ALL = ' grader/selftest/test_variants.py | grep -q "\"$num\"" && has_variants=1
+# A lesson graded without a device (lesson.toml: device = false) is graded on
+# the host in step 1, its solution, skeleton, mutants and cheats alike.
+device=true
+grep -Eq '^device *= *false' "lessons/$name/lesson.toml" 2>/dev/null && device=false
 
 static() {
 	"$PYTHON" -m grader build solutions "$name" && "$PYTHON" -m grader build skeletons "$name" || return 1
 	local compile=()
 	[ $has_mutants = 1 ] && compile+=(grader/selftest/test_mutants.py)
 	[ $has_cheats = 1 ] && compile+=(grader/selftest/test_cheats.py::test_cheats_compile)
+	# (a lesson graded without a device: its cheats graded here too)
+	[ $has_cheats = 1 ] && [ $device = false ] &&
+		compile+=(grader/selftest/test_cheats.py::test_each_host_cheat_loses_exactly_what_it_fakes)
 	[ $has_variants = 1 ] && compile+=(grader/selftest/test_variants.py::test_variant_compiles)
 	# (the compiles apart: -k "$name" deselects them, and a new lesson's
 	# mutants and cheats were never built before its device step)
@@ -62,11 +71,11 @@ graded() {
 	[ $has_mutants = 1 ] && tests+=(grader/selftest/test_mutants.py)
 	[ $has_cheats = 1 ] && tests+=(grader/selftest/test_cheats.py)
 	[ $has_variants = 1 ] && tests+=(grader/selftest/test_variants.py)
-	# (A lesson without a device is graded in the VM too, as make test's
-	# whole-tree gradings do; its mutants were graded on the host, step 1.)
 	RXE_VM_COLD=1 vm-setup/with-rxe $PYTEST -q -m device -k "$name or mutant or cheat or variant" "${tests[@]}"
 }
-step "2. $name: solution, skeleton, mutants, cheats, variants graded" graded
+if [ $device = true ] || [ $has_variants = 1 ]; then
+	step "2. $name: solution, skeleton, mutants, cheats, variants graded" graded
+fi
 
 if compgen -G "grader/lessons/test_${num}_*_wire.py" >/dev/null || [ "$num" = 16 ]; then
 	wire() {

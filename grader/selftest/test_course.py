@@ -1,8 +1,9 @@
 """The course checks itself (rustlings-style): every lesson is complete, every
 skeleton has TODOs, builds warning-free and does not reach full marks, every
 solution reaches full marks, and a skeleton differs from its solution only
-inside TODO regions. Grading needs a device: run through vm-setup/with-rxe
-(make test does)."""
+inside TODO regions. Grading a lesson that needs a device needs one: run
+through vm-setup/with-rxe (make test does); the lessons graded without one
+(lesson.toml: device = false) are graded on the host."""
 
 import re
 import subprocess
@@ -120,13 +121,29 @@ def test_builds_warning_free(lesson, tree, tmp_path):
     assert not warnings, "\n".join(warnings)
 
 
+def graded(lessons, marks=()):
+    """@lessons as parameters: a lesson that needs a device is graded in
+    the VM (marked device: the device half of make test), one that does not
+    (lesson.toml: device = false) on the host, as make grade LESSON=NN
+    does."""
+    return [pytest.param(p, id=p.name, marks=[*marks, pytest.mark.device]
+                         if meta(p).get("device", True) else list(marks))
+            for p in lessons]
+
+
+def tree_grade(request, tree, lesson):
+    """(per-lesson scores, output) of @tree's grading that holds @lesson:
+    the whole tree's device lessons at once, or its host lessons."""
+    host = not meta(lesson).get("device", True)
+    return request.getfixturevalue(f"{tree}{'_host' if host else ''}_grade")
+
+
 # Grading a whole tree happens in the first of these tests' setup.
-@pytest.mark.device
 @pytest.mark.instructor
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize("lesson", LESSONS, ids=ids)
-def test_solution_reaches_full_marks(lesson, solutions_grade):
-    per, out = solutions_grade
+@pytest.mark.parametrize("lesson", graded(LESSONS))
+def test_solution_reaches_full_marks(lesson, request):
+    per, out = tree_grade(request, "solutions", lesson)
     assert lesson.name in per, f"no grader results for {lesson.name}"
     got, total = per[lesson.name]
     assert total > 0
@@ -164,11 +181,10 @@ def lesson_block(out, name):
     return "\n".join(block) or out
 
 
-@pytest.mark.device
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize("lesson", EXERCISES, ids=ex_ids)
-def test_skeleton_does_not_reach_full_marks(lesson, skeletons_grade):
-    per, out = skeletons_grade
+@pytest.mark.parametrize("lesson", graded(EXERCISES))
+def test_skeleton_does_not_reach_full_marks(lesson, request):
+    per, out = tree_grade(request, "skeletons", lesson)
     got, total = per[lesson.name]
     assert got < total, f"{lesson.name}: the unsolved skeleton scores {got}/{total}"
 

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from conftest import COURSE, grade_tree, need_device
+from grader.core.course import needs_device
 
 sys.path.insert(0, str(COURSE / "grader" / "selftest" / "hostile"))
 import tree as hostile  # noqa: E402
@@ -33,8 +34,14 @@ def graded():
         f"{TREE} is missing: make test builds it (grader/selftest/run-all.sh)"
     before = git_status()
     per, out, results = grade_tree(TREE, hostile.lessons())
+    after = git_status()
+    # The skeletons' scores to compare with: the device lessons' whole-tree
+    # grading (skeletons_grade) holds no lesson graded on the host
+    # (device = false); those are graded here, in the same VM.
+    host = [n for n in hostile.lessons() if not needs_device(n)]
+    skel = grade_tree("skeletons", [n[:2] for n in host])[0] if host else {}
     return {"per": per, "out": out, "results": results, "before": before,
-            "after": git_status()}
+            "after": after, "skeletons": skel}
 
 
 @pytest.mark.device
@@ -45,7 +52,7 @@ def test_attack_scores_no_more_than_the_skeleton(graded, skeletons_grade,
     lesson = hostile.lesson_of(attack)
     assert lesson in graded["per"], graded["out"][-3000:]
     got, total = graded["per"][lesson]
-    skel, _ = skeletons_grade[0][lesson]
+    skel, _ = (graded["skeletons"].get(lesson) or skeletons_grade[0][lesson])
     assert got <= skel, (f"{attack}: {got}/{total} against the skeleton's "
                          f"{skel}\n" + graded["out"][-3000:])
 
