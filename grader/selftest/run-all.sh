@@ -39,13 +39,31 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 t0=$SECONDS
 
+# Where the time goes: the parts share the host's cores, so a part's wall
+# time says little; the CPU its processes used (QEMU's included: each part
+# in a cgroup v2 of its own, where this user may make one) says what it
+# costs. Without one, the CPU column is '-'.
+cg=''
+cg2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+if [ -n "$cg2" ] && mkdir "$cg2/rdma-selftest.$$" 2>/dev/null; then
+	cg=$cg2/rdma-selftest.$$
+	trap 'rm -rf "$logs"; for d in "$cg"/*/; do rmdir "$d"; done 2>/dev/null; rmdir "$cg" 2>/dev/null' EXIT
+fi
+
 # part NAME CMD... - run CMD with its output in the part's log, its status
-# in NAME.rc and its end (seconds since the start) in NAME.end.
+# in NAME.rc, its end (seconds since the start) in NAME.end and its CPU
+# seconds in NAME.cpu.
 part() {
-	local name=$1
+	local name=$1 rc
 	shift
-	"$@" >"$logs/$name" 2>&1 3>&-
-	local rc=$?
+	if [ -n "$cg" ] && mkdir "$cg/$name" 2>/dev/null; then
+		(echo "$BASHPID" >"$cg/$name/cgroup.procs" 2>/dev/null; "$@") >"$logs/$name" 2>&1 3>&-
+		rc=$?
+		awk '$1 == "usage_usec" { printf "%d\n", $2 / 1e6 }' "$cg/$name/cpu.stat" >"$logs/$name.cpu" 2>/dev/null
+	else
+		"$@" >"$logs/$name" 2>&1 3>&-
+		rc=$?
+	fi
 	echo "$rc" >"$logs/$name.rc"
 	echo $((SECONDS - t0)) >"$logs/$name.end"
 	return "$rc"
@@ -100,6 +118,7 @@ part 2 $PYTEST -m "not device" --durations=8 "$@"
 wait
 
 status() { [ "$(cat "$logs/$1.rc")" = 0 ] && echo ok || echo "FAILED ($(cat "$logs/$1.rc"))"; }
+cpu() { cat "$logs/$1.cpu" 2>/dev/null || echo -; }
 for p in 0 1 2 3 4a 4b; do
 	case $p in
 	0) title="the trees the device parts grade, compiled" ;;
@@ -111,10 +130,12 @@ for p in 0 1 2 3 4a 4b; do
 	esac
 	echo "== $p. $title =="
 	cat "$logs/$p"
-	echo "== $p: $(status "$p"), done at $(cat "$logs/$p.end") s =="
+	echo "== $p: $(status "$p"), done at $(cat "$logs/$p.end") s, $(cpu "$p") CPU s =="
 done
 echo "make test: trees $(status 0), scripts $(status 1), grader+self-check $(status 2)," \
 	"micro-VM $(status 3), device $(status 4a), cheats $(status 4b); $((SECONDS - t0)) s"
+echo "make test: CPU s per part: 0 $(cpu 0), 1 $(cpu 1), 2 $(cpu 2), 3 $(cpu 3), 4a $(cpu 4a), 4b $(cpu 4b)" \
+	"on $(nproc) cores"
 for p in 0 1 2 3 4a 4b; do
 	[ "$(cat "$logs/$p.rc")" = 0 ] || exit 1
 done
