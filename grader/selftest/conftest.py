@@ -104,7 +104,7 @@ def patched_lesson(lesson, patches, dst, what):
 
 # ---- grading whole trees inside the VM (the device half of make test) --------
 
-def grade_tree(tree, lessons=None):
+def grade_tree(tree, lessons=None, label=None):
     """Grade `tree` (relative to the course) with the plugin, as make grade
     does inside the VM; (per-lesson {name: (got, total)}, stdout, results
     path). make test compiled the tree on the host first."""
@@ -114,7 +114,8 @@ def grade_tree(tree, lessons=None):
     # by side (one per engineer) and removed each other's results here.
     out = COURSE / "build" / "selftest-grades" / (
         str(tree).replace("/", "_")
-        + (f"-{'-'.join(lessons)}" if lessons else ""))
+        + (f"-{label}" if label else
+           f"-{'-'.join(lessons)}" if lessons else ""))
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     # Through the warm grader when the session has one (warm_grader): a
@@ -171,7 +172,9 @@ def _tree_grade(tree, device):
     lessons = lessons_graded(device)
     if not lessons:
         return {}, ""
-    return grade_tree(tree, lessons)[:2]
+    label = ("-".join(lessons) if only_lessons() else
+             "device" if device else "host")
+    return grade_tree(tree, lessons, label)[:2]
 
 
 @pytest.fixture(scope="session")

@@ -47,7 +47,7 @@ cg=''
 cg2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
 if [ -n "$cg2" ] && mkdir "$cg2/rdma-selftest.$$" 2>/dev/null; then
 	cg=$cg2/rdma-selftest.$$
-	trap 'rm -rf "$logs"; for d in "$cg"/*/; do rmdir "$d"; done 2>/dev/null; rmdir "$cg" 2>/dev/null' EXIT
+	trap 'rm -rf "$logs"; rmdir "$cg"/*/ "$cg" 2>/dev/null' EXIT
 fi
 
 # part NAME CMD... - run CMD with its output in the part's log, its status

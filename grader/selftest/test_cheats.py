@@ -377,4 +377,5 @@ def grade_cheats(lessons, tmp_path):
         convinced = set(CONVINCED.get(lesson, []))
         if not convinced <= ran.get(lesson, set()):
             problems.append(f"{lesson}: {sorted(convinced)} did not run")
-    assert not problems, "\n".join(problems) + "\n" + res.stdout[-6000:]
+    assert not problems, ("\n".join(problems) + "\n" + res.stdout[-6000:]
+                          + res.stderr[-3000:])
