@@ -28,6 +28,14 @@ here takes the program's word:
   client's round trips cannot exceed T, and T cannot exceed the process's
   life on the grader's clock; the numbers in the samples are the ones the
   reference server handed out.
+- the questions (README, "Questions": which mode handed out the most
+  numbers per second, which the fewest, how many times more): answered
+  by the program's own answers.c (`seq --answers FILE`) from the summary
+  lines of the grading's own run (the three client runs above: one C for
+  the three modes, each mode its own N) and from lines made up for the
+  grading, drawn so that no answer is the run's; the truth is computed
+  from the same lines here. No key: a copied answer is wrong in one of
+  the two.
 
 Timing: no check compares a speed with a limit. Every -t bounds a hang:
 the client's 30 s include the other clients' start and the 'G'; the
@@ -35,7 +43,9 @@ program's server's 60 s include the reference clients' start.
 """
 
 import math
+import random
 import re
+import secrets
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -43,6 +53,7 @@ from pathlib import Path
 import pytest
 
 from grader import GradeFailure, expect, expect_match, points
+from grader.core.harness import prog_prefixed
 from grader.evidence.interpose import Spy, build_interposer, parse_int
 from grader.evidence.trusted.run import (expect_peer_ok, host, rand_between,
                                          start_peer, verdict)
@@ -124,8 +135,8 @@ def mode_opts(mode, c, n):
 
 # ---- the program's client against the reference server -----------------
 
-def client_run(build, rdma, spy_lib, mode):
-    c, n = rand_between(2, 4), rand_between(6, 12)
+def client_run(build, rdma, spy_lib, mode, c):
+    n = rand_between(6, 12)
     start = rand_between(1 << 40, 1 << 48)
     spy = Spy(spy_lib)
     with seq_peer("server", "--mode", mode, "--clients", c, "--iters", n,
@@ -149,7 +160,11 @@ def client_run(build, rdma, spy_lib, mode):
 
 @pytest.fixture(scope="module")
 def clients(build, rdma, spy_lib):
-    return {m: client_run(build, rdma, spy_lib, m) for m in MODES}
+    """The program's client in each mode against the reference server: one
+    C for the three (the questions compare the modes at one C), each mode
+    its own N."""
+    c = rand_between(2, 4)
+    return {m: client_run(build, rdma, spy_lib, m, c) for m in MODES}
 
 
 def check_client(run):
@@ -375,6 +390,178 @@ def test_summary(clients):
                     f"{who}: p{p}\n  expected: {want:.1f} us (nearest rank "
                     f"of the CSV's {len(lat)} latencies)\n  got:      "
                     f"{m.group(i)} us")
+
+
+# ---- the questions ----------------------------------------------------------
+#
+# lessons/18-sequencer/README.md's "Questions", answered by the program's
+# own code (answers.c, `seq --answers FILE`) from the summary lines of two
+# runs: the grading's own (the program's three client runs above, one C,
+# each mode its own N) and one made up for the grading, drawn so that
+# each answer differs from the run's (another mode fastest and slowest,
+# a ratio at least twice or half the run's) and so that the line with the
+# shortest (longest) T is not the fastest (slowest) mode. The truth is
+# computed here from the same lines: a correct answer is right at any
+# speed, and a copied one (from a run, the README, a classmate) is wrong
+# in one of the two. Rates within TIE of each other are a tie: either
+# mode is right.
+
+QUESTIONS = ("fastest", "slowest", "times")
+TIE = 0.10              # rates within 10 %: either mode
+TIMES_TOL = 0.05        # the ratio: 5 % (and its one decimal)
+
+
+def summary_lines(text):
+    """[(mode, C, N, T, the line)] of the summary lines in `text`."""
+    out = []
+    for m in re.finditer(prog_prefixed(SUMMARY.pattern), text, re.M):
+        line = m.group(0)[m.start(1) - m.start(0):]
+        out.append((m.group(1), int(m.group(2)), int(m.group(3)),
+                    float(m.group(4)), line))
+    return out
+
+
+def truth(lines):
+    """{question: what the lines show}: for fastest and slowest the set of
+    modes within TIE of the top (bottom) rate, for times the ratio."""
+    rates = {}
+    for mode, c, n, secs, _ in lines:
+        if secs > 0:
+            rates[mode] = max(rates.get(mode, 0), c * n / secs)
+    top, bottom = max(rates.values()), min(rates.values())
+    return {
+        "fastest": {m for m, r in rates.items() if r >= top * (1 - TIE)},
+        "slowest": {m for m, r in rates.items() if r <= bottom * (1 + TIE)},
+        "times": top / bottom,
+        "rates": rates}
+
+
+def summary_text(mode, c, n, secs, p50, p99):
+    return (f"{mode}: {c} clients x {n} numbers in {secs:.6f} s: "
+            f"{c * n / secs / 1e6:.4f} Mops/s, p50 {p50:.1f} us, "
+            f"p99 {p99:.1f} us")
+
+
+def made_up(rng, real):
+    """Summary lines of the three modes at one C that no run made: each
+    answer differs from `real`'s (the truth of the grading's run), and
+    the shortest (longest) T is not the fastest (slowest) mode."""
+    modes = set(MODES)
+    for _ in range(10000):
+        c = rng.randint(1, 16)
+        lines = []
+        for mode in MODES:
+            rate = 10 ** rng.uniform(2, 7)          # numbers per second
+            n = rng.randint(10, 5000)
+            secs = round(c * n / rate, 6)
+            if secs < 0.001 or secs > 600:
+                break
+            p50 = c / rate * 1e6 * rng.uniform(0.6, 1.0)
+            lines.append(summary_text(mode, c, n, secs, p50,
+                                      p50 * rng.uniform(1.2, 80)))
+        else:
+            rng.shuffle(lines)
+            text = "\n".join(lines) + "\n"
+            got = summary_lines(text)
+            w = truth(got)
+            by_t = sorted(got, key=lambda x: x[3])
+            if (len(w["fastest"]) == 1 == len(w["slowest"])
+                    and (real["fastest"] == modes
+                         or not w["fastest"] & real["fastest"])
+                    and (real["slowest"] == modes
+                         or not w["slowest"] & real["slowest"])
+                    and not 0.5 < w["times"] / real["times"] < 2
+                    and by_t[0][0] not in w["fastest"]
+                    and by_t[-1][0] not in w["slowest"]):
+                return text
+    raise GradeFailure("grader: no made-up run whose answers differ from "
+                       "the grading's run in 10000 draws")
+
+
+def ask(build, request, name, text):
+    """`seq --answers -` on `text` (stdin); a copy of the lines for the
+    student next to the transcripts. ({question: answer}, Result, the
+    copy's path)."""
+    keep = Path(request.config.getoption("transcripts")) / "18-sequencer"
+    try:
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / name).write_text(text)
+        keep = keep / name
+    except OSError:
+        keep = Path(name)
+    res = build.run(PROG, "--answers", "-", input=text, timeout=60)
+    got = {}
+    for line in res.stdout.splitlines():
+        m = re.match(prog_prefixed(r"^([a-z-]+): *(\S*)\s*$"), line)
+        if m:
+            got[m.group(1)] = m.group(2)
+    return got, res, keep
+
+
+def check_answers(got, res, keep, lines, what):
+    """The answers about `lines` (`what`) against what they show."""
+    w = truth(lines)
+    repro = f"seq --answers {keep}"
+    res.ok(f"seq --answers on {what} ({keep})")
+    rates = ", ".join(f"{m} {r:.6g}" for m, r in sorted(w["rates"].items()))
+    for q in QUESTIONS:
+        if q not in got:
+            raise GradeFailure(f"seq --answers has no line '{q}: ...' about "
+                               f"{what}\n  reproduce: {repro}")
+        if got[q] == "?":
+            raise GradeFailure(
+                f"question {q} (lessons/18-sequencer/README.md, "
+                f"\"Questions\") about {what}\n  expected: what the lines "
+                f"show (answers.c computes it from them)\n  got:      ?\n"
+                f"  reproduce: {repro}")
+    by_t = sorted(lines, key=lambda x: x[3])
+    for q, extreme, word in (("fastest", by_t[0][0], "shortest"),
+                             ("slowest", by_t[-1][0], "longest")):
+        if got[q] in w[q]:
+            continue
+        note = (f" (the line with the {word} T: a mode's rate is C x N / "
+                f"T, and the lines' N differ)"
+                if got[q] == extreme else "")
+        raise GradeFailure(
+            f"question {q} about {what}\n  expected: "
+            f"{' or '.join(sorted(w[q]))} (numbers per second, C x N / T: "
+            f"{rates})\n  got:      {got[q]}{note}\n  reproduce: {repro}")
+    try:
+        times = float(got["times"])
+    except ValueError:
+        times = None
+    if times is None or not math.isfinite(times) or \
+            abs(times - w["times"]) > TIMES_TOL * w["times"] + 0.05:
+        raise GradeFailure(
+            f"question times about {what}\n  expected: {w['times']:.1f} "
+            f"(the fastest mode's numbers per second over the slowest's: "
+            f"{rates})\n  got:      {got['times']}\n  reproduce: {repro}")
+
+
+@points(4, "questions: which mode wins, which loses, by how much - in this run and another")
+def test_answers(build, request, clients):
+    lines, failed = [], []
+    for mode in MODES:
+        found = summary_lines(clients[mode]["res"].stdout)
+        if found and found[-1][3] > 0:
+            lines.append(found[-1])
+        else:
+            failed.append(mode)
+    if len(lines) < 2:
+        raise GradeFailure(
+            f"the questions are asked about this grading's run of the "
+            f"client in the three modes, and --mode {', '.join(failed)} "
+            f"printed no summary line (see test_{failed[0]}_client)")
+    rng = random.Random(secrets.randbits(64))
+    rng.shuffle(lines)
+    run_text = "".join(x[4] + "\n" for x in lines)
+    other = made_up(rng, truth(lines))
+    got, res, keep = ask(build, request, "answers-run.txt", run_text)
+    check_answers(got, res, keep, lines, "this grading's run of your "
+                  "client (the reference server, one C)")
+    got, res, keep = ask(build, request, "answers-made-up.txt", other)
+    check_answers(got, res, keep, summary_lines(other),
+                  "a run made up for this grading")
 
 
 # ---- the pair, a server that checks, the command line --------------------

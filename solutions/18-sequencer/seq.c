@@ -7,6 +7,7 @@
  *                [--start VALUE]
  *   client:  seq --mode faa|rc|ud [OPTIONS] [-c CLIENTS] [-n NUMBERS]
  *                [--csv] HOST
+ *   answers: seq --answers FILE
  *
  * The server holds the counter (starting at --start) and serves -c
  * clients; the client program runs -c client threads, each with its own
@@ -29,6 +30,7 @@
  * each; each client says 'D' when it has its -n numbers. Then the server
  * checks its counter: it must be --start + CLIENTS x NUMBERS.
  */
+#include "answers.h"
 #include "rc.h"
 
 #include <endian.h>
@@ -45,7 +47,8 @@
 
 static const char usage[] =
 	"--mode faa|rc|ud [-d DEV] [-i IB_PORT] [-g GID_INDEX] [-p PORT] "
-	"[-n NUMBERS] [-t SECS] [-c CLIENTS] [--start VALUE] [--csv] [HOST]";
+	"[-n NUMBERS] [-t SECS] [-c CLIENTS] [--start VALUE] [--csv] [HOST] "
+	"| --answers FILE";
 
 #define MAX_CLIENTS 16
 #define SEQ_QKEY    0x11111111
@@ -1089,6 +1092,60 @@ out_close_listener:
 	return ret;
 }
 
+/* ---- the questions (answers.c) ----------------------------------------- */
+
+const char *const questions[] = { "fastest", "slowest", "times", NULL };
+
+#define MAX_RUNS 64
+
+/*
+ * seq --answers FILE ("-": stdin): FILE's summary lines (any other line is
+ * skipped), one struct seq_run each, then "QUESTION: ANSWER" for each
+ * question, answer() of answers.c computing it. 0, or 1 (FILE unreadable or
+ * without a summary line: one line on stderr).
+ */
+static int run_answers(const char *path)
+{
+	struct seq_run runs[MAX_RUNS];
+	const char *const *q;
+	FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+	char line[512];
+	size_t n = 0;
+
+	if (!f) {
+		fprintf(stderr, "seq: cannot read %s: %s\n", path,
+			strerror(errno));
+		return 1;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		struct seq_run r = {};
+
+		if (sscanf(line,
+			   "%7[a-z]: %d clients x %ld numbers in %lf s: %lf "
+			   "Mops/s, p50 %lf us, p99 %lf us",
+			   r.mode, &r.clients, &r.numbers, &r.seconds, &r.mops,
+			   &r.p50_us, &r.p99_us) == 7 &&
+		    n < MAX_RUNS)
+			runs[n++] = r;
+	}
+	if (f != stdin)
+		fclose(f);
+	if (!n) {
+		fprintf(stderr,
+			"seq: %s: no summary line ('MODE: C clients x N "
+			"numbers in T s: ...')\n",
+			path);
+		return 1;
+	}
+	for (q = questions; *q; q++) {
+		char out[64] = "?";
+
+		answer(*q, runs, n, out, sizeof(out));
+		printf("%s: %s\n", *q, out);
+	}
+	return 0;
+}
+
 static int parse_u64(const char *s, uint64_t *v)
 {
 	char *end;
@@ -1100,7 +1157,7 @@ static int parse_u64(const char *s, uint64_t *v)
 
 int main(int argc, char **argv)
 {
-	const char *mode_s, *clients, *start_s, *csv;
+	const char *mode_s, *clients, *start_s, *csv, *answers;
 	struct course_opts o;
 	struct seq_ctx ctx = { .nclients = 1 };
 	uint64_t start = 0, v;
@@ -1114,6 +1171,15 @@ int main(int argc, char **argv)
 		clients = course_take_opt(&argc, argv, "-c", 1, usage);
 	start_s = course_take_opt(&argc, argv, "--start", 1, usage);
 	csv = course_take_opt(&argc, argv, "--csv", 0, usage);
+	answers = course_take_opt(&argc, argv, "--answers", 1, usage);
+	if (answers) {
+		if (argc > 1 || mode_s || clients || start_s || csv) {
+			fprintf(stderr,
+				"seq: --answers takes no other option\n");
+			course_usage_exit("seq", usage);
+		}
+		return run_answers(answers);
+	}
 	course_parse_opts(argc, argv,
 			  OPT_DEVICE | OPT_IB_PORT | OPT_GID_INDEX | OPT_PORT |
 				  OPT_ITERS | OPT_TIMEOUT | OPT_HOST,
