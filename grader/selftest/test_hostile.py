@@ -12,7 +12,6 @@ import sys
 import pytest
 
 from conftest import COURSE, grade_tree, need_device
-from grader.core.course import needs_device
 
 sys.path.insert(0, str(COURSE / "grader" / "selftest" / "hostile"))
 import tree as hostile  # noqa: E402
@@ -35,11 +34,11 @@ def graded():
     before = git_status()
     per, out, results = grade_tree(TREE, hostile.lessons())
     after = git_status()
-    # The skeletons' scores to compare with: the device lessons' whole-tree
-    # grading (skeletons_grade) holds no lesson graded on the host
-    # (device = false); those are graded here, in the same VM.
-    host = [n for n in hostile.lessons() if not needs_device(n)]
-    skel = grade_tree("skeletons", [n[:2] for n in host])[0] if host else {}
+    # The skeletons' scores to compare with, in full and in the same VM
+    # (the whole-tree skeleton grading stops each lesson at its first lost
+    # point, and grades the lessons without a device on the host).
+    skel = grade_tree("skeletons", [n[:2] for n in hostile.lessons()],
+                      "hostile-lessons")[0]
     return {"per": per, "out": out, "results": results, "before": before,
             "after": after, "skeletons": skel}
 
@@ -47,12 +46,11 @@ def graded():
 @pytest.mark.device
 @pytest.mark.timeout(1500)          # the first one grades two whole trees
 @pytest.mark.parametrize("attack", ATTACKS)
-def test_attack_scores_no_more_than_the_skeleton(graded, skeletons_grade,
-                                                 attack):
+def test_attack_scores_no_more_than_the_skeleton(graded, attack):
     lesson = hostile.lesson_of(attack)
     assert lesson in graded["per"], graded["out"][-3000:]
     got, total = graded["per"][lesson]
-    skel, _ = (graded["skeletons"].get(lesson) or skeletons_grade[0][lesson])
+    skel, _ = graded["skeletons"][lesson]
     assert got <= skel, (f"{attack}: {got}/{total} against the skeleton's "
                          f"{skel}\n" + graded["out"][-3000:])
 

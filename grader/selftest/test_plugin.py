@@ -4,6 +4,7 @@ does not compile."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -303,6 +304,40 @@ def test_a_hung_program_shortens_the_lessons_later_waits(tmp_path):
     took = time.monotonic() - t0
     assert res.stdout.rstrip().splitlines()[-1] == "Score: 0/6"
     assert took < 6 + 5 + 4 + 12, f"{took:.0f} s:\n{res.stdout}"
+    assert "cut to 5 s" in res.stdout
+
+
+def test_silence_after_the_final_line_ends_the_wait(tmp_path):
+    """A program that printed its final line (lesson.toml [final_line]) and
+    then did not exit is killed FINAL_GRACE seconds after that line, not at
+    its timeout, and counts as a hang: the lesson's later waits are cut."""
+    from grader.core.harness import FINAL_GRACE
+    root = tmp_path / "course"
+    (root / "lessons" / "93-linger").mkdir(parents=True)
+    (root / "lessons" / "common").symlink_to(COURSE / "lessons" / "common")
+    (root / "lessons" / "93-linger" / "lesson.toml").write_text(
+        'title = "lingers"\n[final_line]\nprog = "^bye$"\n')
+    (root / "skeletons" / "93-linger").mkdir(parents=True)
+    (root / "skeletons" / "93-linger" / "prog.c").write_text(GOOD_C)
+    (root / "grader" / "lessons").mkdir(parents=True)
+    (root / "grader" / "lessons" / "test_93_linger.py").write_text(
+        "from grader import points\n"
+        "@points(1, 'cleans up')\ndef test_linger(build):\n"
+        "    build.run('prog', 'byehang', timeout=120).ok()\n"
+        "@points(1, 'cleans up again')\ndef test_linger_again(build):\n"
+        "    build.run('prog', 'byehang', timeout=120).ok()\n"
+        "@points(1, 'greets')\ndef test_ok(build):\n"
+        "    build.run('prog', timeout=120).ok()\n")
+    t0 = time.monotonic()
+    res = grade(root, "--verbose-failures")
+    took = time.monotonic() - t0
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 1/3", res.stdout
+    assert took < FINAL_GRACE + 5 + 15, f"{took:.0f} s:\n{res.stdout}"
+    assert re.search(r"got: killed by the grader after 1[01] s: it hung after "
+                     r"its last output \(during cleanup\?\)\n", res.stdout), \
+        res.stdout
+    assert ("got: killed by the grader after 5 s: it hung after its last "
+            "output (during cleanup?)\n") in res.stdout, res.stdout
     assert "cut to 5 s" in res.stdout
 
 
@@ -618,3 +653,31 @@ def test_a_failure_shows_the_programs_own_last_words():
                         "exceeded (status 13)\nsetup done") == ""
     t.runs[-1] = (harness.Result(["prog"], 0, "", "note\n", 1.0, False, None), True)
     assert own_words(t, "a peer's verdict") == ""
+
+
+def test_first_loss_ends_a_lesson_at_its_first_lost_point(tmp_path):
+    """--first-loss (the self-check's skeletons): once a lesson lost a
+    point, its later tests do not run and earn nothing; another lesson is
+    graded from its start."""
+    root = tmp_path / "course"
+    (root / "lessons").mkdir(parents=True)
+    (root / "lessons" / "common").symlink_to(COURSE / "lessons" / "common")
+    (root / "grader" / "lessons").mkdir(parents=True)
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    for num, first in (("93", "assert False, 'lost'"), ("94", "pass")):
+        (root / "lessons" / f"{num}-x").mkdir()
+        (root / "lessons" / f"{num}-x" / "lesson.toml").write_text(
+            'title = "x"\ndevice = false\n')
+        (root / "skeletons" / f"{num}-x").mkdir(parents=True)
+        (root / "skeletons" / f"{num}-x" / "prog.c").write_text(GOOD_C)
+        (root / "grader" / "lessons" / f"test_{num}_x.py").write_text(
+            "import pathlib\nfrom grader import points\n"
+            f"@points(1, 'first')\ndef test_a(build):\n    {first}\n"
+            + "".join(f"@points(1, '{t}')\ndef test_{t}(build):\n"
+                      f"    pathlib.Path({str(ran)!r}, '{num}{t}').touch()\n"
+                      for t in ("b", "c")))
+    res = grade(root, "--first-loss", "--verbose-failures")
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/6", res.stdout
+    assert sorted(p.name for p in ran.iterdir()) == ["94b", "94c"]
+    assert "not checked (skipped: --first-loss" in res.stdout, res.stdout

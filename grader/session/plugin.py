@@ -81,6 +81,10 @@ def pytest_addoption(parser):
                 help="a shard of a grading: every lesson in full, no next: "
                      "and Score lines (grader/session/shards.py prints "
                      "the whole's)")
+    g.addoption("--first-loss", action="store_true",
+                help="the rest of a lesson is not run once it lost a point "
+                     "(the self-check's skeletons: they need only fall "
+                     "short of full marks; the rest earns nothing)")
     g.addoption("--prebuilt", action="store_true",
                 help="use the builds `python3 -m grader build SRC` made; "
                      "never read SRC (make grade compiles on the host)")
@@ -125,6 +129,7 @@ class Grader:
         self.test_filter = config.getoption("test")
         self.status_path = config.getoption("status")
         self.verbose = config.getoption("verbose_failures")
+        self.first_loss = config.getoption("first_loss")
         self.shown_in_full = set()  # lessons whose first failure was shown
         self.hint_shown = set()     # nodeids whose failure showed its hint
         self.unfinished = None      # the first lesson short of full marks
@@ -266,7 +271,13 @@ class Grader:
                 return
             self.write(f"== {lesson.name}: {lesson.title} ==")
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
+        if self.first_loss:
+            num = self.items[item.nodeid][0]
+            if any(self.items[n][0] == num and not r["passed"]
+                   for n, r in self.outcome.items() if n != item.nodeid):
+                pytest.skip("--first-loss: the lesson lost a point already")
         harness.new_transcript()
         self.get_sandbox().begin_test(item.name)
 
