@@ -89,11 +89,11 @@ part 0 build_trees
 # part 3 starts and stops. Each VM has its own devices and counters.
 export RXE_VM_SMP=${RXE_VM_SMP:-1}
 vm_part() {
-	bats grader/bats/with-rxe.bats
+	bats --timing grader/bats/with-rxe.bats
 	local w=$?
-	RXE_VM_NO_RXE=1 vm-setup/with-rxe bats grader/bats/native.bats
+	RXE_VM_NO_RXE=1 vm-setup/with-rxe bats --timing grader/bats/native.bats
 	local n=$?
-	bats grader/bats/anyuser.bats
+	bats --timing grader/bats/anyuser.bats
 	local a=$?
 	[ $w = 0 ] && [ $n = 0 ] && [ $a = 0 ]
 }
@@ -107,13 +107,13 @@ else
 	echo 0 >"$logs/4b.end"
 fi
 device_part() {
-	RXE_VM_COLD=1 RXE_VM_DEVICES=2 vm-setup/with-rxe bash -c 'bats grader/bats/device.bats; b=$?
+	RXE_VM_COLD=1 RXE_VM_DEVICES=2 vm-setup/with-rxe bash -c 'bats --timing grader/bats/device.bats; b=$?
 		'"$PYTEST"' -m device -v --durations=8 --deselect grader/selftest/test_cheats.py --deselect grader/selftest/test_mutants.py "$@"; p=$?
 		[ $b = 0 ] && [ $p = 0 ]' run-all "$@"
 }
 part 4a device_part "$@" &
 
-part 1 bats grader/bats/scripts.bats grader/bats/setup.bats grader/bats/hardware.bats
+part 1 bats --timing grader/bats/scripts.bats grader/bats/setup.bats grader/bats/hardware.bats
 part 2 $PYTEST -m "not device" --durations=8 "$@"
 wait
 
