@@ -64,6 +64,7 @@ static const char *const mode_names[] = { "faa", "rc", "ud" };
 struct ud_ctx {
 	struct ibv_context *context;
 	struct ibv_pd *pd;
+	struct ibv_comp_channel *channel; /* client: its CQs' (wait_wc()) */
 	struct ibv_cq *send_cq;
 	struct ibv_cq *recv_cq;
 	struct ibv_qp *qp;
@@ -97,6 +98,7 @@ struct seq_ctx {
 	int nclients;
 	long n; /* numbers per client */
 	struct seq_client cl[MAX_CLIENTS];
+	uint64_t spin_ns; /* client: how long wait_wc() polls, then sleeps */
 	/* server */
 	uint64_t *counter; /* faa: the registered counter */
 	uint64_t next;	   /* rc, ud: the server's own counter */
@@ -132,11 +134,12 @@ static const struct rc_params rpc_params = {
 /* ---- UD: a QP of its own ------------------------------------------------- */
 
 /*
- * Open the device, create a PD, a send and a receive CQ and a UD QP of
- * @depth receives and sends, and bring it to RTS. 0, or -1 (message
- * printed; ud_close() undoes what was made).
+ * Open the device, create a PD, a send and a receive CQ (@channel: both on
+ * a completion channel) and a UD QP of @depth receives and sends, and bring
+ * it to RTS. 0, or -1 (message printed; ud_close() undoes what was made).
  */
-static int ud_open(struct ud_ctx *ud, const struct course_opts *o, int depth)
+static int ud_open(struct ud_ctx *ud, const struct course_opts *o, int depth,
+		   int channel)
 {
 	int ret;
 
@@ -154,10 +157,18 @@ static int ud_open(struct ud_ctx *ud, const struct course_opts *o, int depth)
 		fprintf(stderr, "ibv_alloc_pd failed: %s\n", strerror(errno));
 		return -1;
 	}
-	ud->send_cq = ibv_create_cq(ud->context, depth, NULL, NULL, 0);
-	ud->recv_cq = ud->send_cq
-			      ? ibv_create_cq(ud->context, depth, NULL, NULL, 0)
-			      : NULL;
+	if (channel) {
+		ud->channel = ibv_create_comp_channel(ud->context);
+		if (!ud->channel) {
+			fprintf(stderr, "ibv_create_comp_channel failed: %s\n",
+				strerror(errno));
+			return -1;
+		}
+	}
+	ud->send_cq = ibv_create_cq(ud->context, depth, NULL, ud->channel, 0);
+	ud->recv_cq = ud->send_cq ? ibv_create_cq(ud->context, depth, NULL,
+						  ud->channel, 0)
+				  : NULL;
 	if (!ud->recv_cq) {
 		fprintf(stderr, "ibv_create_cq failed: %s\n", strerror(errno));
 		return -1;
@@ -198,6 +209,10 @@ static int ud_close(struct ud_ctx *ud)
 	}
 	if (ud->send_cq && ibv_destroy_cq(ud->send_cq)) {
 		fprintf(stderr, "ibv_destroy_cq failed\n");
+		ret = -1;
+	}
+	if (ud->channel && ibv_destroy_comp_channel(ud->channel)) {
+		fprintf(stderr, "ibv_destroy_comp_channel failed\n");
 		ret = -1;
 	}
 	if (ud->pd && ibv_dealloc_pd(ud->pd)) {
@@ -256,20 +271,54 @@ static int post_recv_buf(struct ibv_qp *qp, struct ibv_mr *mr, void *addr,
 /* ---- the client -------------------------------------------------------- */
 
 /*
- * Wait for one good completion on @cq, for at most @timeout seconds:
- * course_wait_wc(), but a poll that finds nothing gives the CPU away
- * (sched_yield()): with more client threads than CPUs, a spinning thread
- * would keep rxe's own kernel work (and the server) off them. 0 or -1
+ * Client: sleep until @channel has an event, for at most @ns; take it and
+ * acknowledge it (whichever CQ it is for: the caller polls again). 0 or -1
  * (message printed).
  */
-static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc, int timeout,
-		   int oob_fd, const char *what)
+static int sleep_on(struct ibv_comp_channel *channel, uint64_t ns,
+		    const char *what)
 {
-	uint64_t deadline = course_now_ns() + (uint64_t)timeout * 1000000000ull;
-	int n;
+	struct pollfd pfd = { .fd = channel->fd, .events = POLLIN };
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	int n = poll(&pfd, 1, (int)(ns / 1000000) + 1);
+
+	if (n < 0 && errno != EINTR) {
+		fprintf(stderr, "%s: poll failed: %s\n", what, strerror(errno));
+		return -1;
+	}
+	if (n <= 0)
+		return 0; /* the caller's deadline decides */
+	if (ibv_get_cq_event(channel, &ev_cq, &ev_ctx)) {
+		fprintf(stderr, "%s: ibv_get_cq_event failed\n", what);
+		return -1;
+	}
+	ibv_ack_cq_events(ev_cq, 1);
+	return 0;
+}
+
+/*
+ * Client: wait for one good completion on @cq, for at most @timeout
+ * seconds: course_wait_wc(), but a wait longer than @spin_ns sleeps on the
+ * CQ's completion @channel (lesson 10). Polling answers first; it costs a
+ * CPU for the whole wait, and on an emulated, loaded rxe an RPC's wait is
+ * milliseconds: more client threads polling than the CPUs left over keep
+ * rxe's kernel work and the server off the CPUs they need to answer (even
+ * with sched_yield() each turn). run_client() chooses @spin_ns. 0 or -1
+ * (message printed).
+ */
+#define SPIN_NS 100000
+static int wait_wc(struct ibv_cq *cq, struct ibv_comp_channel *channel,
+		   uint64_t spin_ns, struct ibv_wc *wc, int timeout, int oob_fd,
+		   const char *what)
+{
+	uint64_t start = course_now_ns(), now;
+	uint64_t deadline = start + (uint64_t)timeout * 1000000000ull;
+	int n, armed = 0;
 
 	while (!(n = ibv_poll_cq(cq, 1, wc))) {
-		if (course_now_ns() >= deadline) {
+		now = course_now_ns();
+		if (now >= deadline) {
 			char ch;
 			ssize_t got = oob_fd < 0
 					      ? 1
@@ -283,7 +332,24 @@ static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc, int timeout,
 					"the peer closed the out-of-band connection: it has exited\n");
 			return -1;
 		}
-		sched_yield();
+		if (now - start < spin_ns) {
+			sched_yield();
+			continue;
+		}
+		if (!armed) {
+			/* armed, then polled once more: a completion that
+			 * came before the arm raises no event */
+			if (ibv_req_notify_cq(cq, 0)) {
+				fprintf(stderr,
+					"%s: ibv_req_notify_cq failed\n", what);
+				return -1;
+			}
+			armed = 1;
+			continue;
+		}
+		if (sleep_on(channel, deadline - now, what))
+			return -1;
+		armed = 0;
 	}
 	if (n < 0) {
 		fprintf(stderr, "%s: ibv_poll_cq failed\n", what);
@@ -314,8 +380,8 @@ static int take_faa(struct seq_client *c, uint64_t *number)
 		fprintf(stderr, "ibv_post_send failed: %s\n", strerror(ret));
 		return -1;
 	}
-	if (wait_wc(c->rc->cq, &wc, c->ctx->o->timeout, c->rc->oob_fd,
-		    "fetch and add"))
+	if (wait_wc(c->rc->cq, c->rc->channel, c->ctx->spin_ns, &wc,
+		    c->ctx->o->timeout, c->rc->oob_fd, "fetch and add"))
 		return -1;
 	memcpy(number, c->buf, sizeof(*number));
 	return 0;
@@ -372,8 +438,9 @@ static int take_rpc(struct seq_client *c, uint64_t id, uint64_t *number)
 	}
 	/* the SEND's completion, and the reply's (on RC in either order) */
 	for (done = 0; done != 3;) {
-		if (wait_wc(ud && (done & 1) ? rcq : scq, &wc,
-			    c->ctx->o->timeout, fd,
+		if (wait_wc(ud && (done & 1) ? rcq : scq,
+			    ud ? c->ud.channel : c->rc->channel,
+			    c->ctx->spin_ns, &wc, c->ctx->o->timeout, fd,
 			    done & 1 ? "reply" : "request"))
 			return -1;
 		if (wc.opcode == IBV_WC_SEND) {
@@ -405,7 +472,7 @@ static int connect_ud(struct seq_client *c)
 	struct qp_info mine = {};
 	int ret;
 
-	if (ud_open(&c->ud, o, 4))
+	if (ud_open(&c->ud, o, 4, 1))
 		return -1;
 	c->mr = ibv_reg_mr(c->ud.pd, c->buf, 2 * SLOT, IBV_ACCESS_LOCAL_WRITE);
 	if (!c->mr) {
@@ -437,10 +504,11 @@ static int connect_ud(struct seq_client *c)
 static int connect_rc(struct seq_client *c)
 {
 	const struct course_opts *o = c->ctx->o;
+	struct rc_params p = c->ctx->mode == MODE_FAA ? faa_params : rpc_params;
 	struct qp_info mine = {};
 
-	c->rc = rc_open(o,
-			c->ctx->mode == MODE_FAA ? &faa_params : &rpc_params);
+	p.comp_channel = 1; /* wait_wc() sleeps on it */
+	c->rc = rc_open(o, &p);
 	if (!c->rc)
 		return -1;
 	c->mr = ibv_reg_mr(c->rc->pd, c->buf, 2 * SLOT, IBV_ACCESS_LOCAL_WRITE);
@@ -555,6 +623,13 @@ static int run_client(struct seq_ctx *ctx, int csv)
 {
 	pthread_t tids[MAX_CLIENTS];
 	int k, started = 0, ret = 0;
+
+	/* each thread may poll through its waits while there is a CPU for
+	 * each and one to spare (the server's, rxe's kernel work); else it
+	 * polls SPIN_NS and sleeps (wait_wc()) */
+	ctx->spin_ns = ctx->nclients < sysconf(_SC_NPROCESSORS_ONLN)
+			       ? UINT64_MAX
+			       : SPIN_NS;
 
 	for (k = 0; k < ctx->nclients; k++) {
 		struct seq_client *c = &ctx->cl[k];
@@ -836,7 +911,7 @@ static int serve(struct seq_ctx *ctx)
 			last = course_now_ns();
 			continue;
 		}
-		sched_yield(); /* wait_wc() says why */
+		sched_yield(); /* rxe's own kernel work needs a CPU too */
 		if (++idle % 1024 == 0 && client_spoke(ctx)) {
 			fprintf(stderr,
 				"a client is done (or gone) before its %ld "
@@ -899,7 +974,7 @@ static int server_prepare_ud(struct seq_ctx *ctx)
 	int i;
 
 	ctx->ud_depth = 2 * ctx->nclients + 2;
-	if (ud_open(&ctx->ud, ctx->o, ctx->ud_depth))
+	if (ud_open(&ctx->ud, ctx->o, ctx->ud_depth, 0))
 		return -1;
 	ctx->ud_buf = course_alloc(2 * ctx->ud_depth * SLOT);
 	if (!ctx->ud_buf)
