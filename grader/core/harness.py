@@ -24,6 +24,24 @@ DEFAULT_TIMEOUT = 30
 # pipes may stay idle before they are no longer read (something outside
 # the group, a setsid() daemon, may hold them open for ever).
 EXIT_GRACE = 0.3
+# How long a program may stay silent after printing its final line (the
+# lesson's [final_line]) before it is taken for hung in its cleanup and
+# killed, whatever its wait had left: all that is left of a correct run is
+# to free its resources and exit.
+FINAL_GRACE = 10
+# How long a student's program may sleep - every thread asleep, no CPU
+# time used, no child - with neither the RDMA device nor any socket open
+# before it is taken for hung and killed, whatever its wait had left:
+# a program of the course waits for a peer (a socket), the device (its
+# file, its completion channels) or a timer of its own while it holds
+# them; before it opens them and after it has closed them it has nothing
+# to wait for, and a correct one is running or in the kernel (loading
+# its libraries: D), never asleep (Proc._idle). Checked every IDLE_STEP
+# seconds; IDLE_SAMPLES looks in a row at least (a loaded machine slows
+# the looks down: 20 took 15 s at load 10).
+IDLE_LIMIT = 10
+IDLE_STEP = 0.5
+IDLE_SAMPLES = 5
 
 
 class GradeFailure(AssertionError):
@@ -86,6 +104,7 @@ class _Reader(threading.Thread):
         self.total = 0
         self.eof = False
         self.abandoned = False      # stopped before end of file
+        self.last = None            # when the last bytes came (monotonic)
         self._until = None          # finish(): stop once idle past this
 
     def finish(self, grace):
@@ -109,6 +128,7 @@ class _Reader(threading.Thread):
                 if not chunk:
                     break
                 with self.cond:
+                    self.last = time.monotonic()
                     self.total += len(chunk)
                     room = OUTPUT_CAP - len(self.buf)
                     if room > 0:
@@ -156,6 +176,9 @@ class Result:
         lines = stdout.rstrip("\n").splitlines()
         self.hung_after_output = bool(
             timed_out and final and lines and re.search(final, lines[-1]))
+        # When killed asleep with nothing open (Proc._idle): the seconds
+        # it slept so; else None.
+        self.idle = None
 
     @property
     def command(self):
@@ -167,6 +190,10 @@ class Result:
             if self.hung_after_output:
                 return (f"killed by the grader after {self.timeout} s: it "
                         f"hung after its last output (during cleanup?)")
+            if self.idle is not None:
+                return (f"killed by the grader after {self.timeout} s: it "
+                        f"slept {self.idle} s with neither the RDMA device "
+                        f"nor a socket open (waiting for nothing: hung?)")
             return f"killed by the grader after {self.timeout} s"
         if self.signal:
             return f"crashed with {self.signal}"
@@ -371,13 +398,33 @@ def _kill_group(proc):
         pass
 
 
+def _in_session(sid):
+    """Does a process other than `sid` itself run in session `sid` (a
+    child of a program started in its own session, or the child's)?"""
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != sid:
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if len(fields) > 3 and fields[3] == str(sid):
+                return True
+    return False
+
+
 class Proc:
     """A running program in its own process group (see start())."""
 
     def __init__(self, cmd, env=None, cwd=None, timeout=DEFAULT_TIMEOUT,
                  sandbox=None, on_result=None, final=None, spawn=None,
-                 rlimits=None, empty_dirs=()):
+                 rlimits=None, empty_dirs=(), watch_idle=False):
         cmd = [str(c) for c in cmd]
+        # `watch_idle`: a student's program, killed when it sleeps with
+        # nothing open (_idle).
+        self.watch_idle = watch_idle
+        self._asleep = None         # (since, cpu, samples) while so
+        self.idle_kill = None       # (seconds waited, slept) when killed
         # What messages show: the command as one would type it, its
         # limits and hidden directories as a prefix (limits_prefix).
         self.cmd = [*limits_prefix(rlimits, empty_dirs), *cmd]
@@ -459,7 +506,9 @@ class Proc:
                     exited = now
                 if exited is not None and now - exited > EXIT_GRACE:
                     break
-                self.cond.wait(min(left, 0.1 if exited else 0.5))
+                if exited is None and self._idle(now):
+                    break
+                self.cond.wait(min(left, 0.1 if exited else IDLE_STEP))
         if self.out.eof:
             # stdout closed: the program is exiting; let it finish so its
             # status is reported, not a timeout.
@@ -469,9 +518,11 @@ class Proc:
                 pass
         timed_out = self.proc.poll() is None
         res = self.wait(timeout=0 if timed_out else 5)
-        if timed_out:
+        if timed_out and res.idle is None:
             res.timeout = timeout
-        why = (f"it printed no line matching /{regex}/ within {timeout} s"
+        why = (f"it printed no line matching /{regex}/: {res.status()}"
+               if res.idle is not None else
+               f"it printed no line matching /{regex}/ within {timeout} s"
                if timed_out else
                f"it {res.status()} before printing a line matching /{regex}/")
         raise GradeFailure(f"{shlex.join(self.cmd)}: {why}\n{res.describe()}")
@@ -484,9 +535,8 @@ class Proc:
             return self.result
         timeout = capped(self.timeout if timeout is None else timeout)
         timed_out = False
-        try:
-            self.proc.wait(timeout=max(timeout, 0))
-        except subprocess.TimeoutExpired:
+        killed_after = self._wait_exit(timeout)
+        if killed_after is not None:
             timed_out = True
             _killed()
         # Whatever the program left behind in its group goes too.
@@ -501,11 +551,17 @@ class Proc:
             r.finish(EXIT_GRACE)
         for r in (self.out, self.err):
             r.join(timeout=EXIT_GRACE + 5)
+        if self.idle_kill is not None:
+            # Killed asleep with nothing open, by this wait or wait_for().
+            timed_out, killed_after, waited = True, self.idle_kill[0], None
         self.result = Result(self.cmd, self.proc.returncode, self.out.text(),
                              self.err.text(),
                              time.monotonic() - self.start_time, timed_out,
-                             timeout if waited is None else waited,
+                             timeout if killed_after is None else
+                             killed_after if waited is None else waited,
                              final=self.final)
+        if self.idle_kill is not None:
+            self.result.idle = self.idle_kill[1]
         usage = getattr(self.proc, "rusage", None)
         if usage is not None:
             self.result.cpu = (usage.ru_utime, usage.ru_stime)
@@ -517,6 +573,94 @@ class Proc:
         if self.on_result:
             self.on_result(self.result)
         return self.result
+
+    def _wait_exit(self, timeout):
+        """Wait up to `timeout` seconds for the program to exit; None when
+        it did, else the seconds waited. A program whose last line is its
+        final line (`final`) and that has printed nothing for FINAL_GRACE
+        seconds since is not waited for any longer: it hung in cleanup."""
+        start = time.monotonic()
+        deadline = start + max(timeout, 0)
+        while True:
+            now = time.monotonic()
+            step = deadline - now
+            if self.final or self.watch_idle:
+                step = min(step, IDLE_STEP)
+            try:
+                self.proc.wait(timeout=max(step, 0))
+                return None
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if now >= deadline:
+                return timeout
+            quiet = self._quiet_after_final(now)
+            if quiet is not None and quiet >= FINAL_GRACE:
+                return round(now - start)
+            if self._idle(now):
+                return self.idle_kill[0]
+
+    def _idle(self, now):
+        """Is the program hung, waiting for nothing? True (and `idle_kill`
+        set) once it has slept IDLE_LIMIT seconds - every thread of it
+        asleep (S), its CPU time unchanged, no child - with neither the
+        RDMA device (/dev/infiniband/) nor any socket open: before it
+        opens them and after it has closed them a program of the course
+        has nothing to wait for (IDLE_LIMIT). Only with `watch_idle`;
+        False whenever /proc cannot tell."""
+        if not self.watch_idle:
+            return False
+        pid = self.proc.pid
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+            states, cpu = [], 0
+            for tid in tids:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rpartition(")")[2].split()[0])
+            if not states or any(st != "S" for st in states):
+                self._asleep = None
+                return False
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith(("socket:", "/dev/infiniband/")):
+                    self._asleep = None
+                    return False
+            for tid in tids:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    cpu += int(f.read().split()[0])
+            if self._asleep is None or self._asleep[1] != cpu:
+                self._asleep = (now, cpu, 1)
+                return False
+            since, _, samples = self._asleep
+            self._asleep = (since, cpu, samples + 1)
+            # Seen asleep that long by enough looks (not one look before
+            # and one after the machine stalled us both), and waiting for
+            # no child (a child that ended would have woken it).
+            if now - since < IDLE_LIMIT or samples + 1 < IDLE_SAMPLES:
+                return False
+            if _in_session(pid):
+                self._asleep = None
+                return False
+        except (OSError, ValueError, IndexError):
+            self._asleep = None
+            return False
+        self.idle_kill = (round(now - self.start_time), round(now - since))
+        return True
+
+    def _quiet_after_final(self, now):
+        """Seconds since the program's last output when that output ended
+        with its final line, else None."""
+        with self.cond:
+            # (Output beyond the cap is not kept: its last line unknown.)
+            if not self.final or self.out.last is None or \
+                    self.out.total > len(self.out.buf):
+                return None
+            tail = self.out.buf[-4096:].decode("utf-8", "replace")
+            lines = tail.rstrip("\n").splitlines()
+            if not lines or not re.search(self.final, lines[-1]):
+                return None
+            last = max(t for t in (self.out.last, self.err.last) if t)
+        return now - last
 
     def kill(self, sig=signal.SIGKILL):
         try:
@@ -536,15 +680,15 @@ class Proc:
 
 def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
           input=None, sandbox=None, on_result=None, final=None, spawn=None,
-          rlimits=None, empty_dirs=()):
+          rlimits=None, empty_dirs=(), watch_idle=False):
     """Start `cmd` in its own process group (inside `sandbox`, a
     grader.evidence.sandbox.Sandbox, when given; through `spawn`, see
     Proc, when given; with `rlimits` and `empty_dirs`, see
     limits_prefix); when `ready` is a regex, wait for it on stdout
-    first. Use as a context manager."""
+    first; `watch_idle`: see Proc._idle. Use as a context manager."""
     p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox,
              on_result=on_result, final=final, spawn=spawn, rlimits=rlimits,
-             empty_dirs=empty_dirs)
+             empty_dirs=empty_dirs, watch_idle=watch_idle)
     p.feed(input)
     if ready:
         try:
@@ -556,12 +700,15 @@ def start(cmd, ready=None, timeout=DEFAULT_TIMEOUT, env=None, cwd=None,
 
 
 def run(cmd, timeout=DEFAULT_TIMEOUT, input=None, env=None, cwd=None,
-        sandbox=None, final=None, spawn=None, rlimits=None, empty_dirs=()):
+        sandbox=None, final=None, spawn=None, rlimits=None, empty_dirs=(),
+        watch_idle=False):
     """Run `cmd` to completion (killed at `timeout`, inside `sandbox` when
-    given, with `rlimits` and `empty_dirs`, see limits_prefix); the
+    given, with `rlimits` and `empty_dirs`, see limits_prefix; sooner when
+    asleep with nothing open with `watch_idle`, see Proc._idle); the
     Result."""
     p = Proc(cmd, env=env, cwd=cwd, timeout=timeout, sandbox=sandbox,
-             final=final, spawn=spawn, rlimits=rlimits, empty_dirs=empty_dirs)
+             final=final, spawn=spawn, rlimits=rlimits, empty_dirs=empty_dirs,
+             watch_idle=watch_idle)
     p.feed(input)
     return p.wait()
 

@@ -1,6 +1,8 @@
 """The harness survives and names what bad programs do."""
 
 import os
+import re
+import sys
 import time
 
 import pytest
@@ -173,6 +175,72 @@ def test_the_wait_limit_caps_every_wait_then_more_after_a_kill(badprogs, tmp_pat
     assert [r.timeout for r in (first, second)] == [2, 1]
     assert second.status() == "killed by the grader after 1 s"
     assert harness.capped(60) == 60         # lifted
+
+
+def test_silence_after_the_final_line_is_a_hang_in_cleanup(monkeypatch):
+    # A program that printed its final line (lesson.toml [final_line]) and
+    # then stays silent for FINAL_GRACE is killed then, not at its timeout;
+    # one that still prints, or exits within the grace, is not; a last line
+    # that is not the final one waits for the whole timeout.
+    monkeypatch.setattr(harness, "FINAL_GRACE", 1)
+    final = "^done [0-9]+$"
+
+    def sh(script, timeout=60):
+        t0 = time.monotonic()
+        res = harness.run(["sh", "-c", script], timeout=timeout, final=final)
+        return res, time.monotonic() - t0
+
+    hung, took = sh("echo working; echo done 3; sleep 100")
+    assert hung.timed_out and took < 5, took
+    assert hung.status() == ("killed by the grader after 1 s: it hung after "
+                             "its last output (during cleanup?)")
+    late, took = sh("echo working; sleep 2; echo done 3; sleep 100")
+    assert late.timed_out and 2 < took < 7, took
+    slow, _ = sh("echo done 3; sleep 0.3; exit 0")
+    assert slow.returncode == 0 and not slow.timed_out
+    talking, _ = sh("echo done 3; for i in 1 2 3 4 5; do sleep 0.5; "
+                    "echo cleaning >&2; done; exit 0")
+    assert talking.returncode == 0 and not talking.timed_out
+    other, took = sh("echo done 3; echo more; sleep 100", timeout=3)
+    assert other.timed_out and took >= 3
+    assert other.status() == "killed by the grader after 3 s"
+
+
+def test_asleep_with_nothing_open_is_a_hang(badprogs, monkeypatch):
+    # A student's program (watch_idle) that sleeps IDLE_LIMIT seconds,
+    # using no CPU, with neither the RDMA device nor a socket open (before
+    # it opened them, after it closed them) is killed then, not at its
+    # timeout, run or started; one that runs, has a socket or waits for a
+    # child of its own is not.
+    monkeypatch.setattr(harness, "IDLE_LIMIT", 1)
+    py = "import socket, time; s = socket.socket(); time.sleep(100)"
+    status = (r"killed by the grader after [1-4] s: it slept [1-3] s with "
+              r"neither the RDMA device nor a socket open \(waiting for "
+              r"nothing: hung\?\)")
+    for how in ("run", "start", "printed"):
+        t0 = time.monotonic()
+        if how == "start":
+            with pytest.raises(GradeFailure) as e:
+                harness.start([badprogs["hang"]], ready="never", timeout=60,
+                              watch_idle=True)
+            assert "it printed no line matching /never/: killed" in \
+                str(e.value)
+            res = harness.current_transcript().runs[-1][0]
+        else:
+            cmd = ([badprogs["hang"]] if how == "run" else
+                   ["sh", "-c", "echo done; exec sleep 100"])
+            res = harness.run(cmd, timeout=60, watch_idle=True)
+        assert time.monotonic() - t0 < 8, how
+        assert res.timed_out and res.idle is not None, how
+        assert re.fullmatch(status, res.status()), res.status()
+    for cmd in (["sh", "-c", "while :; do :; done"],         # it runs
+                [sys.executable, "-c", py],                  # a socket
+                ["sh", "-c", "sleep 100"]):                  # its child
+        res = harness.run(cmd, timeout=4, watch_idle=True)
+        assert res.timed_out and res.idle is None, cmd
+        assert res.status() == "killed by the grader after 4 s", cmd
+    res = harness.run([badprogs["hang"]], timeout=3)      # not watched
+    assert res.status() == "killed by the grader after 3 s"
 
 
 def test_a_qp_is_the_programs_by_pid_and_name():

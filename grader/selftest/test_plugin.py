@@ -307,6 +307,75 @@ def test_a_hung_program_shortens_the_lessons_later_waits(tmp_path):
     assert "cut to 5 s" in res.stdout
 
 
+def test_silence_after_the_final_line_ends_the_wait(tmp_path):
+    """A program that printed its final line (lesson.toml [final_line]) and
+    then did not exit is killed FINAL_GRACE seconds after that line, not at
+    its timeout, and counts as a hang: the lesson's later waits are cut."""
+    from grader.core.harness import FINAL_GRACE
+    root = tmp_path / "course"
+    (root / "lessons" / "93-linger").mkdir(parents=True)
+    (root / "lessons" / "common").symlink_to(COURSE / "lessons" / "common")
+    (root / "lessons" / "93-linger" / "lesson.toml").write_text(
+        'title = "lingers"\n[final_line]\nprog = "^bye$"\n')
+    (root / "skeletons" / "93-linger").mkdir(parents=True)
+    (root / "skeletons" / "93-linger" / "prog.c").write_text(GOOD_C)
+    (root / "grader" / "lessons").mkdir(parents=True)
+    (root / "grader" / "lessons" / "test_93_linger.py").write_text(
+        "from grader import points\n"
+        "@points(1, 'cleans up')\ndef test_linger(build):\n"
+        "    build.run('prog', 'byehang', timeout=120).ok()\n"
+        "@points(1, 'cleans up again')\ndef test_linger_again(build):\n"
+        "    build.run('prog', 'byehang', timeout=120).ok()\n"
+        "@points(1, 'greets')\ndef test_ok(build):\n"
+        "    build.run('prog', timeout=120).ok()\n")
+    t0 = time.monotonic()
+    res = grade(root, "--verbose-failures")
+    took = time.monotonic() - t0
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 1/3", res.stdout
+    assert took < FINAL_GRACE + 5 + 15, f"{took:.0f} s:\n{res.stdout}"
+    assert re.search(r"got: killed by the grader after \d+ s: it hung after "
+                     r"its last output \(during cleanup\?\)\n", res.stdout), \
+        res.stdout
+    assert ("got: killed by the grader after 5 s: it hung after its last "
+            "output (during cleanup?)\n") in res.stdout, res.stdout
+    assert "cut to 5 s" in res.stdout
+
+
+def test_a_program_asleep_with_nothing_open_is_not_waited_for(tmp_path):
+    """A student's program asleep with neither the device nor a socket open
+    (here from its start) is killed IDLE_LIMIT seconds into that sleep, not
+    at its timeout, and counts as a hang: the lesson's later waits are
+    cut. A program that ends by itself is graded as before."""
+    from grader.core.harness import IDLE_LIMIT
+    root = tmp_path / "course"
+    (root / "lessons" / "94-idle").mkdir(parents=True)
+    (root / "lessons" / "common").symlink_to(COURSE / "lessons" / "common")
+    (root / "lessons" / "94-idle" / "lesson.toml").write_text(
+        'title = "sleeps"\n')
+    (root / "skeletons" / "94-idle").mkdir(parents=True)
+    (root / "skeletons" / "94-idle" / "prog.c").write_text(GOOD_C)
+    (root / "grader" / "lessons").mkdir(parents=True)
+    (root / "grader" / "lessons" / "test_94_idle.py").write_text(
+        "from grader import points\n"
+        "@points(1, 'sleeps')\ndef test_sleeps(build):\n"
+        "    build.run('prog', 'hang', timeout=120).ok()\n"
+        "@points(1, 'greets')\ndef test_ok(build):\n"
+        "    build.run('prog', timeout=120).ok()\n"
+        "@points(1, 'sleeps again')\ndef test_again(build):\n"
+        "    build.start('prog', 'hang', ready='never', timeout=120)\n")
+    t0 = time.monotonic()
+    res = grade(root, "--verbose-failures")
+    took = time.monotonic() - t0
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 1/3", res.stdout
+    assert took < IDLE_LIMIT + 5 + 15, f"{took:.0f} s:\n{res.stdout}"
+    assert re.search(r"got: killed by the grader after \d+ s: it slept "
+                     r"\d+ s with neither the RDMA device nor a socket "
+                     r"open \(waiting for nothing: hung\?\)\n", res.stdout), \
+        res.stdout
+    assert "matching /never/ within 5 s" in res.stdout, res.stdout
+    assert "cut to 5 s" in res.stdout
+
+
 def test_a_skipped_test_earns_nothing(full):
     assert "  cannot check ... FAIL" in full[0].stdout
     assert "not checked (skipped: nothing to check here): no points" in full[0].stdout

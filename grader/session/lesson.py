@@ -213,7 +213,7 @@ class Build:
                           timeout=self._timeout(timeout), input=input,
                           env=env, sandbox=self.sandbox, rlimits=rlimits,
                           empty_dirs=empty_dirs,
-                          final=self.lesson.final_line(prog))
+                          final=self.lesson.final_line(prog), watch_idle=True)
         harness.started_program(p.proc.pid, self.path(prog).name)
         res = p.wait()
         self._saw(res, prog)
@@ -230,7 +230,7 @@ class Build:
                           input=input, sandbox=self.sandbox,
                           rlimits=rlimits, empty_dirs=empty_dirs,
                           on_result=lambda r: self._saw(r, prog),
-                          final=self.lesson.final_line(prog))
+                          final=self.lesson.final_line(prog), watch_idle=True)
         harness.started_program(p.proc.pid, self.path(prog).name)
         return p
 
