@@ -40,7 +40,8 @@
  *             returned; cpu: the process's CPU time so far, all threads)
  *   post_recv qpn=Q wr_id=W len=N rc=R
  *   poll_cq wc opcode=O status=S len=N qpn=Q wr_id=W [old=0x..] [sum=0x..]
- *             cpu=NS
+ *             [vcsw=N] cpu=NS
+ *   poll_empty  (only with $VERBS_SPY_EMPTY, see below)
  *             (old: an atomic's old value, as it landed in the program's
  *             buffer; sum: FNV-1a of what a READ brought)
  *   read_source qpn=Q raddr=0x.. len=N sum=0x..  (a READ of this process's
@@ -95,6 +96,16 @@
  * a program that does not poll again after arming waits for ever (the lost
  * wakeup of lesson 10).
  *
+ * $VERBS_SPY_EMPTY=1 also records an ibv_poll_cq() that found nothing, once
+ * per run of them: `poll_empty` when no empty poll is the record's last
+ * line (any other line ends a run). A wait's shape is then in the record:
+ * found at the first look, after arming the CQ, after its event, or after
+ * empty polls with nothing between (a spin or a nap, lesson 10). Each
+ * poll_cq line then also says vcsw=N: the calling thread's voluntary
+ * context switches so far (getrusage(RUSAGE_THREAD)): a thread that slept
+ * between two completions without the channel (a nap before it looked)
+ * has more of them; one the scheduler took the CPU from has not.
+ *
  * $VERBS_SPY_NODE_GUID=HEX makes ibv_get_device_guid() and
  * ibv_query_device() return that node GUID:
  * a program that prints the GUID from sysfs instead of asking the device
@@ -121,6 +132,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -358,18 +370,35 @@ static void b2s_final(struct b2s *c, uint8_t out[32])
 		out[i] = c->h[i / 4] >> (8 * (i % 4));
 }
 
+/* The record's last line is a poll_empty (VERBS_SPY_EMPTY). */
+static int last_empty;
+
 static void record(const char *fmt, ...)
 {
 	va_list ap;
 	int n;
 
 	pthread_mutex_lock(&log_lock);
+	last_empty = 0;
 	if (log_len < LOG_CAP - 256) {
 		va_start(ap, fmt);
 		n = vsnprintf(log_buf + log_len, LOG_CAP - log_len, fmt, ap);
 		va_end(ap);
 		if (n > 0 && (size_t)n < LOG_CAP - log_len)
 			log_len += n;
+	}
+	pthread_mutex_unlock(&log_lock);
+}
+
+/* One poll_empty line per run of empty polls: under the lock, so that a
+ * line another thread records between two empty polls ends the run. */
+static void record_empty(void)
+{
+	pthread_mutex_lock(&log_lock);
+	if (!last_empty && log_len < LOG_CAP - 256) {
+		memcpy(log_buf + log_len, "poll_empty\n", 11);
+		log_len += 11;
+		last_empty = 1;
 	}
 	pthread_mutex_unlock(&log_lock);
 }
@@ -1210,6 +1239,15 @@ static int spy_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 	return rc;
 }
 
+static int empty_wanted(void)
+{
+	static int v = -1;
+
+	if (v < 0)
+		v = spy_env("VERBS_SPY_EMPTY") != NULL;
+	return v;
+}
+
 static int spy_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	int got = real_poll_cq(cq, n, wc), i, k;
@@ -1233,6 +1271,14 @@ static int spy_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 				 (unsigned long long)checksum(posted[k].addr,
 							      posted[k].len));
 		}
+		if (empty_wanted()) {
+			struct rusage ru;
+
+			if (!getrusage(RUSAGE_THREAD, &ru))
+				snprintf(extra + strlen(extra),
+					 sizeof(extra) - strlen(extra),
+					 " vcsw=%ld", ru.ru_nvcsw);
+		}
 		record("poll_cq wc opcode=%d status=%d len=%u qpn=%u wr_id=%llu%s "
 		       "cpu=%llu\n",
 		       wc[i].opcode, wc[i].status, wc[i].byte_len,
@@ -1240,6 +1286,8 @@ static int spy_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		       (unsigned long long)cpu_ns());
 		stats_wc(&wc[i]);
 	}
+	if (got == 0 && empty_wanted())
+		record_empty();
 	if (got >= 0)
 		stats_poll(cq, wc, got);
 	return got;
