@@ -184,7 +184,7 @@ RC_WANT = {
     "B": {"access": 0, "max_rd_atomic": 1, "max_dest_rd_atomic": 1,
           "rnr_retry": 3},
 }
-RC_COMMON = {"timeout": 14, "retry_cnt": 6, "min_rnr_timer": 12,
+RC_COMMON = {"timeout": 17, "retry_cnt": 6, "min_rnr_timer": 12,
              "path_mtu": 3}
 
 

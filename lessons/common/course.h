@@ -25,7 +25,11 @@
 
 /*
  * RTR and RTS values of lessons 03, 05 (rc.c) and 08 (man ibv_modify_qp):
- *   COURSE_QP_TIMEOUT        ACK timeout, 4.096 us * 2^14: about 67 ms
+ *   COURSE_QP_TIMEOUT        ACK timeout, 4.096 us * 2^17: about 0.54 s
+ *                            (a NIC's programs often use 14, 67 ms; an
+ *                            emulated peer on a loaded machine can be
+ *                            silent longer than 7 x 67 ms and a correct
+ *                            program would fail: 17 gives it 3.8 s)
  *   COURSE_QP_RETRY_CNT      resends of an unacknowledged packet; rxe takes
  *                            7 to mean "forever", so a dead peer would never
  *                            be noticed: 6
@@ -33,7 +37,7 @@
  *   COURSE_QP_MIN_RNR_TIMER  how long a peer waits after our RNR NAK: 12 is
  *                            0.64 ms
  */
-#define COURSE_QP_TIMEOUT	14
+#define COURSE_QP_TIMEOUT	17
 #define COURSE_QP_RETRY_CNT	6
 #define COURSE_QP_RNR_RETRY	3
 #define COURSE_QP_MIN_RNR_TIMER 12

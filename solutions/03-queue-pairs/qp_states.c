@@ -241,8 +241,8 @@ static int to_rtr(struct qp_ctx *ctx, struct endpoint *ep,
 /*
  * to_rts - move @ep's QP from RTR to RTS (ready to send):
  *   qp_state       IBV_QPS_RTS
- *   timeout        COURSE_QP_TIMEOUT (course.h: 14, ACK timeout
- *                  4.096 us * 2^14, about 67 ms)
+ *   timeout        COURSE_QP_TIMEOUT (course.h: 17, ACK timeout
+ *                  4.096 us * 2^17, about 0.54 s)
  *   retry_cnt      COURSE_QP_RETRY_CNT (6: rxe reads 7 as "forever")
  *   rnr_retry      COURSE_QP_RNR_RETRY (3)
  *   sq_psn         START_PSN (our first packet number)

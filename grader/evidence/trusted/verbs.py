@@ -4,13 +4,13 @@ created by one method, and the QP connected from the peer's qp_info.
 
 The attributes are the lessons' own (lessons 05-07, TODOs 3 and 4): path
 MTU 1024, min_rnr_timer 12, retry_cnt 6, rnr_retry 3, one READ in flight
-each way, a global address on RoCE; except the ACK timeout: 17 (4.096 us x
-2^17, about 0.54 s; the lessons' 14 is 67 ms): on a loaded emulated host a
-READ's response can take longer than 67 ms, the READ is sent again, and
-seven such resends in a row ended the reference client's benchmark of a
-correct lesson 15 server in 'transport retry counter exceeded' (a
-fresh-clone make test). The peer's timeout is not graded: only how its
-own lost packets are resent.
+each way, a global address on RoCE, and the ACK timeout 17 (4.096 us x
+2^17, about 0.54 s; course.h's COURSE_QP_TIMEOUT): with 14 (67 ms), on a
+loaded emulated host, a READ's response took longer than 67 ms, the READ
+was sent again, and seven such resends in a row ended the reference
+client's benchmark of a correct lesson 15 server in 'transport retry
+counter exceeded' (a fresh-clone make test). The peer's timeout is not
+graded: only how its own lost packets are resent.
 """
 
 import random
@@ -30,7 +30,7 @@ from pyverbs.wr import SGE, RecvWR, SendWR
 from .oob import PeerGone, QpInfo
 
 _rand = random.SystemRandom()
-ACK_TIMEOUT = 17          # the module's docstring says why not 14
+ACK_TIMEOUT = 17          # course.h's COURSE_QP_TIMEOUT: the docstring says why
 
 WC_STATUS = {
     0: "success", 1: "local length error", 2: "local QP operation error",
