@@ -192,8 +192,11 @@ def test_silence_after_the_final_line_is_a_hang_in_cleanup(monkeypatch):
 
     hung, took = sh("echo working; echo done 3; sleep 100")
     assert hung.timed_out and took < 5, took
-    assert hung.status() == ("killed by the grader after 1 s: it hung after "
-                             "its last output (during cleanup?)")
+    # The seconds are those the grader waited: FINAL_GRACE, or more when
+    # the machine was slow to look (2 s in a loaded fresh-clone run).
+    assert re.fullmatch(r"killed by the grader after [1-4] s: it hung after "
+                        r"its last output \(during cleanup\?\)",
+                        hung.status()), hung.status()
     late, took = sh("echo working; sleep 2; echo done 3; sleep 100")
     assert late.timed_out and 2 < took < 7, took
     slow, _ = sh("echo done 3; sleep 0.3; exit 0")
