@@ -29,7 +29,10 @@ program: under load, a prefixed-output solution printed 11788 us for 8 MiB
 registrations the interposer timed at 604 us, fresh-clone make test.) A
 timer around the deregistration too, or a printed number larger than the
 gap, is caught; extra work that is no verbs call inside that gap (a memset
-between the two clock reads) is not told from a stall.
+between the two clock reads) is not told from a stall. The growth (the two
+largest sizes over twice the two smallest) is the machine's own: a run in
+which a loaded machine held up most small registrations is followed by a
+fresh one, up to GROWTH_RUNS.
 """
 
 import functools
@@ -218,7 +221,9 @@ LOW, SLACK_US = 0.5, 2.0
 
 
 @functools.lru_cache(maxsize=None)
-def _reg_cost(build, spy_lib):
+def _reg_cost(build, spy_lib, run=0):
+    """reg_cost's run number @run (each a fresh one, kept for every test
+    that asks for it): (Result, Spy, command)."""
     res, spy, how = _spied(build, spy_lib, "reg_cost", *COST_ARGS)
     return res, spy, how
 
@@ -229,13 +234,13 @@ def _median(xs):
                                                  + xs[len(xs) // 2]) / 2
 
 
-def _real_times(build, spy_lib):
+def _real_times(build, spy_lib, run=0):
     """{(kind, size): [(microseconds, window microseconds)]} of the
     registrations and deregistrations reg_cost made, as the interposer
     timed them: each call's own time, and the window from the end of the
     call recorded before it to the start of the one after it (inf at
     either end of the record)."""
-    calls = [(kind, c) for kind, c in _reg_cost(build, spy_lib)[1].calls()
+    calls = [(kind, c) for kind, c in _reg_cost(build, spy_lib, run)[1].calls()
              if kind in ("reg_mr", "dereg_mr")]
     seen = {}
     for i, (kind, c) in enumerate(calls):
@@ -251,8 +256,8 @@ def _real_times(build, spy_lib):
     return seen
 
 
-def _rows(build, spy_lib):
-    res, spy, cmd = _reg_cost(build, spy_lib)
+def _rows(build, spy_lib, run=0):
+    res, spy, cmd = _reg_cost(build, spy_lib, run)
     res.ok(cmd)
     lines = [x.strip() for x in res.stdout.strip().splitlines()]
     expect(lines[0] if lines else "(no output)", COST_HEADER,
@@ -268,7 +273,7 @@ def _rows(build, spy_lib):
             raise GradeFailure(f"'{cmd}': a CSV row is not "
                                f"'size_bytes,reg_us,dereg_us': {line!r}")
     # Each row describes registrations of its size the program made.
-    seen, n = _real_times(build, spy_lib), int(COST_ARGS[-1])
+    seen, n = _real_times(build, spy_lib, run), int(COST_ARGS[-1])
     missing = [f"size {r[0]}: {len(seen.get((k, r[0]), []))} ibv_{k}()"
                for r in rows for k in ("reg_mr", "dereg_mr")
                if len(seen.get((k, r[0]), [])) < n]
@@ -310,29 +315,43 @@ def test_reg_cost_csv(build, rdma, spy_lib):
                            f"got rows {bad}")
 
 
+# Runs of reg_cost test_reg_cost_grows may look at: a run whose smallest
+# sizes' medians a loaded machine inflated (three of five 4 KiB
+# registrations held up past 1.5 ms, beside stress-ng on both cores) is
+# followed by a fresh one.
+GROWTH_RUNS = 3
+
+
 @points(2, "registration cost grows with size (as measured)")
 def test_reg_cost_grows(build, rdma, spy_lib):
-    rows, cmd = _rows(build, spy_lib)
-    # The growth printed must be the registrations': each reg_us within
-    # the bounds of the interposer's median for its size.
-    off = _outside_bounds(rows, _real_times(build, spy_lib), ("reg_mr",))
-    if off:
-        raise GradeFailure(f"'{cmd}': the times printed are not the "
-                           f"registrations' (the interposer timed each real "
-                           f"ibv_reg_mr()):\n  " + "\n  ".join(off))
-    if len(rows) < 4:
-        raise GradeFailure(f"'{cmd}' printed {len(rows)} rows; need 4 or more")
-    small = sum(r[1] for r in rows[:2]) / 2
-    large = sum(r[1] for r in rows[-2:]) / 2
-    # Pinning 8192 pages costs far more than pinning 1 or 2 (about 10-30x
-    # on rxe); a factor of 2 leaves room for a noisy machine.
-    if not large > 2 * small:
-        raise GradeFailure(
-            f"'{cmd}': registering the two largest sizes should take well "
-            f"over twice as long as the two smallest (pinning is per page)\n"
-            f"  smallest two: {rows[0]}, {rows[1]} -> mean reg_us {small:.2f}\n"
-            f"  largest two:  {rows[-2]}, {rows[-1]} -> mean reg_us "
-            f"{large:.2f}\n  is the timer around ibv_reg_mr() alone?")
+    seen = []
+    for run in range(GROWTH_RUNS):
+        rows, cmd = _rows(build, spy_lib, run)
+        # The growth printed must be the registrations': each reg_us
+        # within the bounds of the interposer's median for its size.
+        off = _outside_bounds(rows, _real_times(build, spy_lib, run),
+                              ("reg_mr",))
+        if off:
+            raise GradeFailure(f"'{cmd}': the times printed are not the "
+                               f"registrations' (the interposer timed each "
+                               f"real ibv_reg_mr()):\n  " + "\n  ".join(off))
+        if len(rows) < 4:
+            raise GradeFailure(f"'{cmd}' printed {len(rows)} rows; need 4 "
+                               f"or more")
+        small = sum(r[1] for r in rows[:2]) / 2
+        large = sum(r[1] for r in rows[-2:]) / 2
+        # Pinning 8192 pages costs far more than pinning 1 or 2 (about
+        # 10-30x on rxe); a factor of 2 leaves room for a noisy machine.
+        if large > 2 * small:
+            return
+        seen.append(f"run {run + 1}: smallest two: {rows[0]}, {rows[1]} -> "
+                    f"mean reg_us {small:.2f}\n    largest two:  {rows[-2]}, "
+                    f"{rows[-1]} -> mean reg_us {large:.2f}")
+    raise GradeFailure(
+        f"'{cmd}': registering the two largest sizes should take well over "
+        f"twice as long as the two smallest (pinning is per page); not so "
+        f"in {GROWTH_RUNS} runs:\n  " + "\n  ".join(seen)
+        + "\n  is the timer around ibv_reg_mr() alone?")
 
 
 def _random_access():
