@@ -155,7 +155,7 @@ N ?= 5
 bench-stability:
 	@N='$(N)' LESSON='$(LESSON)' TEST='$(TEST)' grader/selftest/bench-stability.sh
 
-# Two busy-polling processes need a CPU each: the guest gets 2 vCPUs
+# Two polling processes need a CPU each: the guest gets 2 vCPUs
 # (RXE_VM_SMP_BENCH=N for another count; with 1 the scheduler sets the pace).
 bench-latency:
 	@$(MAKE) -s --no-print-directory build LESSON=11 SRC=solutions

@@ -26,7 +26,7 @@ with perftest). What is checked:
   client that sends before the echo came is seen by the server itself (a
   datagram already waiting when it echoes the one before).
 
-Round trips are few (tens): under TCG with one vCPU a busy-polling RDMA
+Round trips are few (tens): under TCG with one vCPU a polling RDMA
 round trip costs milliseconds (the two processes take turns at the
 scheduler's pace).
 """

@@ -129,9 +129,9 @@ int cm_wait_event(struct rdma_event_channel *ch,
 int cm_poll_one(struct rdma_event_channel *ch, struct ibv_cq *cq,
 		struct ibv_wc *wc, int timeout, const char *what)
 {
-	uint64_t deadline = course_now_ns() + (uint64_t)timeout * 1000000000ull;
+	uint64_t start = course_now_ns(), now, next_look = 0;
+	uint64_t deadline = start + (uint64_t)timeout * 1000000000ull;
 	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
-	uint64_t now, next_look = 0;
 	struct rdma_cm_event *ev;
 	int n;
 
@@ -166,6 +166,7 @@ int cm_poll_one(struct rdma_event_channel *ch, struct ibv_cq *cq,
 				timeout);
 			return -1;
 		}
+		course_poll_pause(start, now);
 	}
 }
 

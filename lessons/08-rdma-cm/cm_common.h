@@ -75,7 +75,7 @@ int cm_wait_event(struct rdma_event_channel *ch,
 		  const char *what, struct rdma_cm_event **ev);
 
 /*
- * Busy-poll @cq for one completion, like course_poll_one(), for at most
+ * Poll @cq for one completion, like course_poll_one(), for at most
  * @timeout seconds - and keep an eye on @ch meanwhile: a peer that dies or
  * disconnects shows up there (RDMA_CM_EVENT_DISCONNECTED) long before any
  * timeout. Returns 0 with *@wc filled (check wc->status yourself), or -1

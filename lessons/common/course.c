@@ -570,10 +570,19 @@ void course_print_qp_info(const char *who, const struct qp_info *info)
 
 /* ---- completions --------------------------------------------------------- */
 
+void course_poll_pause(uint64_t start, uint64_t now)
+{
+	const struct timespec nap = { .tv_nsec = COURSE_POLL_NAP_NS };
+
+	if (now - start >= COURSE_POLL_SPIN_NS)
+		nanosleep(&nap, NULL);
+}
+
 int course_poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int timeout,
 		    const char *what)
 {
-	uint64_t deadline = course_now_ns() + (uint64_t)timeout * 1000000000ull;
+	uint64_t start = course_now_ns(), now;
+	uint64_t deadline = start + (uint64_t)timeout * 1000000000ull;
 	int n;
 
 	for (;;) {
@@ -584,11 +593,13 @@ int course_poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int timeout,
 		}
 		if (n == 1)
 			return 0;
-		if (course_now_ns() >= deadline) {
+		now = course_now_ns();
+		if (now >= deadline) {
 			fprintf(stderr, "%s: no completion within %d s\n", what,
 				timeout);
 			return -1;
 		}
+		course_poll_pause(start, now);
 	}
 }
 

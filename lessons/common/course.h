@@ -163,7 +163,21 @@ void course_print_qp_info(const char *who, const struct qp_info *info);
 /* ---- completions --------------------------------------------------------- */
 
 /*
- * Busy-poll @cq for one completion, for at most @timeout seconds.
+ * What a wait for a completion does after a poll that found nothing: for
+ * its first COURSE_POLL_SPIN_NS, nothing (it polls again at once: a round
+ * trip on a NIC or on rxe in a quiet VM takes far less); after that, a nap
+ * of COURSE_POLL_NAP_NS, which leaves the CPU to the peer and to rxe's
+ * kernel work when the wait is long (a peer still starting, a completion
+ * that never comes). @start: when the wait began, @now: now
+ * (course_now_ns()).
+ */
+#define COURSE_POLL_SPIN_NS 1000000ull /* 1 ms */
+#define COURSE_POLL_NAP_NS  500000     /* 0.5 ms */
+void course_poll_pause(uint64_t start, uint64_t now);
+
+/*
+ * Poll @cq for one completion, for at most @timeout seconds (with
+ * course_poll_pause() after each poll that found nothing).
  * Returns 0 with *wc filled (check wc->status yourself), or -1 on a poll
  * error or timeout (message printed naming @what).
  */
