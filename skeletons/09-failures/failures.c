@@ -165,7 +165,8 @@ static int get_async_event(struct ibv_context *ctx,
 static int wait_wc(struct lab *lab, struct ibv_cq *cq, const char *side,
 		   struct ibv_wc *wc)
 {
-	uint64_t deadline = course_now_ns() + lab->timeout * 1000000000ull;
+	uint64_t start = course_now_ns(), now;
+	uint64_t deadline = start + lab->timeout * 1000000000ull;
 	int n;
 
 	do {
@@ -176,7 +177,9 @@ static int wait_wc(struct lab *lab, struct ibv_cq *cq, const char *side,
 		}
 		if (n)
 			return 1;
-	} while (course_now_ns() < deadline);
+		now = course_now_ns();
+		course_poll_pause(start, now);
+	} while (now < deadline);
 	printf("%s: no completion on %s within %d s\n", lab->name, side,
 	       lab->timeout);
 	return 0;

@@ -499,6 +499,8 @@ static int serve_all(struct srv_ctx *srv)
 				srv->timeout);
 			return -1;
 		}
+		if (!n) /* idle for 1 ms: nap between polls (course.h) */
+			course_poll_pause(idle, course_now_ns());
 	}
 }
 
