@@ -141,6 +141,8 @@ class Roce:
     payload: bytes = b""
     decoded: bool = True        # False: an opcode whose headers are unknown
     malformed: str = None       # why the packet is shorter than its headers
+    intact: bool = True         # False: its frame was cut short or its ICRC
+                                # is wrong (IPv4): its receiver dropped it
 
     @property
     def low(self):
@@ -174,7 +176,9 @@ def decode_frame(data, number=0):
         src, dst = _ip_text(data[off + 12:off + 16]), _ip_text(data[off + 16:off + 20])
         if frag & 0x1fff:
             return None             # not the first fragment
+        whole = len(data) >= off + total
         end = min(len(data), off + total)
+        ip = data[off:off + ihl]
         off += ihl
     elif etype == 0x86dd:
         if len(data) < off + 40:
@@ -182,7 +186,9 @@ def decode_frame(data, number=0):
         plen = struct.unpack_from("!H", data, off + 4)[0]
         proto = data[off + 6]
         src, dst = _ip_text(data[off + 8:off + 24]), _ip_text(data[off + 24:off + 40])
+        whole = len(data) >= off + 40 + plen
         end = min(len(data), off + 40 + plen)
+        ip = None                   # (the ICRC is checked for IPv4 only)
         off += 40
     else:
         return None
@@ -199,7 +205,11 @@ def decode_frame(data, number=0):
     if dport != ROCE_PORT:
         return None
     udp_end = min(end, off + ulen) if ulen >= 8 else end
-    return decode_bth(bytes(data[off + 8:udp_end]), number, src, dst)
+    p = decode_bth(bytes(data[off + 8:udp_end]), number, src, dst)
+    p.intact = whole and off + ulen == end and not p.malformed and (
+        ip is None or struct.unpack_from("<I", data, end - 4)[0] ==
+        icrc(bytes(ip), bytes(data[off:off + 8]), bytes(data[off + 8:end - 4])))
+    return p
 
 
 def decode_bth(b, number=0, src="", dst=""):
@@ -447,6 +457,9 @@ class Segment:
         self.first_frame = first_frame
         self.decoded = [decode_frame(r.data, first_frame + i)
                         for i, r in enumerate(self.records)]
+        for r, d in zip(self.records, self.decoded):
+            if isinstance(d, Roce) and r.caplen < r.origlen:
+                d.intact = False
 
     @property
     def roce(self):
@@ -463,8 +476,10 @@ class Segment:
         PSN its QP already carried (a retransmission) is left out unless
         `retransmits`; so is a READ request for the rest of an earlier one
         (the requester asks again from the first response it lacks: a later
-        PSN, the address that far on, the same rkey and end)."""
-        out, open_, seen, reads = [], {}, set(), {}
+        PSN, the address that far on, the same rkey and end). But a packet
+        that was not intact (cut short, or a wrong ICRC: its receiver
+        dropped it) gives way to the next one at its PSN."""
+        out, open_, seen, reads = [], {}, {}, {}
         for p in self.packets(src, dst):
             if not p.decoded or p.malformed:
                 continue
@@ -473,19 +488,24 @@ class Segment:
                 # (A response sent again may change FIRST to MIDDLE: the
                 # PSN alone says it is the same packet.)
                 if (key, p.psn) in seen:
+                    place = seen[(key, p.psn)]
+                    if place is not None:           # it replaces a damaged one
+                        place[0].packets[place[1]] = p
+                        if p.intact:
+                            seen[(key, p.psn)] = None
                     continue
-                seen.add((key, p.psn))
                 if p.low == 0x0c and p.reth:
                     va, rkey, n = p.reth
                     prev = reads.get(key)
                     if (prev and prev[1] == rkey and prev[0] < va and
                             prev[0] + prev[2] == va + n and
                             0 < (p.psn - prev[3]) % (1 << 24) < 1 << 23):
+                        seen[(key, p.psn)] = None
                         continue
                     reads[key] = (va, rkey, n, p.psn)
             if p.low in FIRST:
-                open_[key] = Message([p])
-                out.append(open_[key])
+                m = open_[key] = Message([p])
+                out.append(m)
             elif p.low in MIDDLE or p.low in LAST:
                 m = open_.get(key)
                 if m is None:
@@ -497,7 +517,9 @@ class Segment:
                 else:
                     open_[key] = m
             else:
-                out.append(Message([p]))
+                m = Message([p])
+                out.append(m)
+            seen[(key, p.psn)] = None if p.intact else (m, len(m.packets) - 1)
         return out
 
     def tcp(self, src=None, dst=None):
