@@ -478,7 +478,8 @@ class Segment:
         (the requester asks again from the first response it lacks: a later
         PSN, the address that far on, the same rkey and end). But a packet
         that was not intact (cut short, or a wrong ICRC: its receiver
-        dropped it) gives way to the next one at its PSN."""
+        dropped it), or a MIDDLE shorter than its FIRST, gives way to the
+        next one at its PSN."""
         out, open_, seen, reads = [], {}, {}, {}
         for p in self.packets(src, dst):
             if not p.decoded or p.malformed:
@@ -519,7 +520,12 @@ class Segment:
             else:
                 m = Message([p])
                 out.append(m)
-            seen[(key, p.psn)] = None if p.intact else (m, len(m.packets) - 1)
+            # (A MIDDLE carries what its FIRST did, the path MTU: one that
+            # carries less was not taken either.)
+            whole = p.intact and not (p.low in MIDDLE and m.packets[0].low
+                                      in FIRST and len(p.payload) !=
+                                      len(m.packets[0].payload))
+            seen[(key, p.psn)] = None if whole else (m, len(m.packets) - 1)
         return out
 
     def tcp(self, src=None, dst=None):
