@@ -120,10 +120,10 @@ def grade_tree(tree, lessons=None, label=None, extra=()):
     out.mkdir(parents=True)
     # Through the warm grader when the session has one (warm_grader): a
     # grading as make grade's, forked, its lessons side by side.
+    from grader.run.grade import AUTOLOAD, PYTEST_FLAGS
     res = subprocess.run(
-        [sys.executable, "grader/session/client.py", "--",
-         "-c", "grader/pytest.ini", "--rootdir", ".",
-         "-p", "grader.session.plugin", "-qq", "--tb=no", "-rN", "--color=no",
+        ["env", f"{AUTOLOAD}=1", sys.executable, "-S",
+         "grader/session/client.py", "--", "-c", "grader/pytest.ini", "--rootdir", ".", *PYTEST_FLAGS,
          # every lesson in full: the self-check reads any lesson's lines
          "--verbose-failures",
          "grader/lessons", f"--src={tree}", f"--results={out}/results.json",

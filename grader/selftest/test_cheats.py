@@ -348,11 +348,11 @@ def grade_cheats(lessons, tmp_path):
     # program), not of the tests before it.
     nodes.sort()
     junit = tmp_path / "junit.xml"
+    from grader.run.grade import AUTOLOAD, PYTEST_FLAGS
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini",
-         "--rootdir", ".", "-p", "grader.session.plugin", "-qq", "--tb=no", "-rN",
-         "--verbose-failures",
-         "--color=no", *nodes, f"--src={TREE}", f"--junitxml={junit}",
+        ["env", f"{AUTOLOAD}=1", sys.executable, "-m", "pytest", "-c",
+         "grader/pytest.ini", "--rootdir", ".", *PYTEST_FLAGS,
+         "--verbose-failures", *nodes, f"--src={TREE}", f"--junitxml={junit}",
          f"--transcripts={tmp_path}/transcripts"],
         cwd=COURSE, capture_output=True, text=True, timeout=850)
     assert junit.exists(), f"no results:\n{res.stdout}\n{res.stderr}"

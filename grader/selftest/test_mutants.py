@@ -133,9 +133,9 @@ def test_mutants_compile():
 
 
 def _pytest_args(m, out):
+    from grader.run.grade import PYTEST_FLAGS
     return ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir", str(COURSE),
-            "-p", "grader.session.plugin", "-qq", "--tb=no", "-rN", "--color=no",
-            "-p", "no:cacheprovider", *m.nodes(), f"--src={m.tree}",
+            *PYTEST_FLAGS, *m.nodes(), f"--src={m.tree}",
             *(["--prebuilt"] if m.device else []), f"--lesson={m.num}",
             f"--results={out}/results.json",
             f"--transcripts={out}/transcripts"]

@@ -121,14 +121,20 @@ def course(tmp_path_factory):
     return root
 
 
-def grade(course, *args, src=None):
+def grade(course, *args, src=None, path=(), autoload=False):
+    """A grading of `course` as make grade's (grade.py's flags and
+    environment); `path`: more of PYTHONPATH; `autoload`: without
+    PYTEST_DISABLE_PLUGIN_AUTOLOAD."""
+    from grader.run.grade import AUTOLOAD, PYTEST_FLAGS
     cmd = [sys.executable, "-m", "pytest", "-c", str(COURSE / "grader/pytest.ini"),
-           "--rootdir", str(course), "-p", "grader.session.plugin", "-qq", "--tb=no",
-           "-rN", "--color=no", "-o", "console_output_style=classic",
+           "--rootdir", str(course), *PYTEST_FLAGS,
            str(course / "grader/lessons"),
            "--course-root", str(course), "--src", str(src or course / "skeletons"),
            "--transcripts", str(course / "transcripts"), *args]
-    env = dict(os.environ, PYTHONPATH=str(COURSE))
+    env = dict(os.environ, PYTHONPATH=":".join([str(COURSE), *map(str, path)]))
+    env.pop(AUTOLOAD, None)
+    if not autoload:
+        env[AUTOLOAD] = "1"
     return subprocess.run(cmd, cwd=course, env=env, capture_output=True,
                           text=True, timeout=300)
 
@@ -145,6 +151,28 @@ def test_score_line_and_exit_status(full):
     assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/13"
     assert "  90-good: 3/9" in res.stdout
     assert "  91-broken: 0/4" in res.stdout
+
+
+def test_a_pytest_plugin_installed_beside_changes_no_grade(course, tmp_path):
+    """A grading loads the plugins make grade names and no other: a pytest
+    plugin installed on the machine (an entry point; here one that would
+    end every session) is not loaded. Without grade.py's environment it
+    would be: the control run shows the plant works."""
+    site = tmp_path / "site"
+    info = site / "planted-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: planted\n"
+                                   "Version: 1.0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\n"
+                                           "planted = planted_plugin\n")
+    (site / "planted_plugin.py").write_text(
+        "def pytest_configure(config):\n"
+        "    raise SystemExit('the planted plugin was loaded')\n")
+    control = grade(course, path=[site], autoload=True)
+    assert control.returncode != 0 and "planted_plugin" in control.stderr
+    res = grade(course, path=[site])
+    assert "planted" not in res.stdout + res.stderr
+    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/13", res.stdout
 
 
 def test_one_line_per_test(full):

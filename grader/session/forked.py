@@ -119,6 +119,9 @@ def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
+        # The plugins are the session's arguments' alone (grade.py's
+        # PYTEST_FLAGS): pytest scans no installed package for more.
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         code = int((entry or pytest.main)([*args, *QUIET]))
     except BaseException as e:          # noqa: BLE001 - the child's last word
         print(f"grader: the grading session failed: {e!r}", file=sys.stderr)
