@@ -12,11 +12,8 @@ through the sandbox (grader/evidence/sandbox.py);
 python3 -m grader device-kind DEV - make doctor's word on a device: its kind
 and which lessons' counter evidence it has (grader/evidence/counters.py)."""
 
+import importlib
 import sys
-
-from grader.classroom import ci, classrun, gradescope, studentrepo
-from grader.run import grade, hint, status
-from grader.session import symptoms
 
 USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
          "       python3 -m grader grade [--src DIR] [--lesson L] "
@@ -36,38 +33,37 @@ USAGE = ("usage: python3 -m grader build SRC [NN-topic ...]\n"
          "       python3 -m grader sandbox-check [WHERE]   (make doctor)\n"
          "       python3 -m grader device-kind DEV   (make doctor)")
 
+# Each verb's module is imported when it is asked for: make grade's host
+# side waits for no import of the class tools.
+VERBS = {
+    "build": ("grader.run.grade", "build_main"),
+    "grade": ("grader.run.grade", "main"),
+    "status": ("grader.run.status", "main"),
+    "grade-class": ("grader.classroom.classrun", "main"),
+    "class-run": ("grader.classroom.classrun", "class_run_main"),
+    "student-repo": ("grader.classroom.studentrepo", "main"),
+    "gradescope": ("grader.classroom.gradescope", "main"),
+    "gradescope-run": ("grader.classroom.gradescope", "run_main"),
+    "ci": ("grader.classroom.ci", "main"),
+    "hint": ("grader.run.hint", "main"),
+    "device-kind": ("grader.evidence.counters", "main"),
+    "symptoms": ("grader.session.symptoms", "main"),
+}
+
+
+def sandbox_check(argv):
+    from grader.core.course import COURSE
+    from grader.evidence import build_programs, sandbox
+    build_programs(COURSE)
+    return sandbox.check(COURSE, argv[0] if argv else "here")
+
+
 if __name__ == "__main__":
     verb = sys.argv[1] if len(sys.argv) > 1 else ""
-    if verb == "build":
-        sys.exit(grade.build_main(sys.argv[2:]))
-    if verb == "grade":
-        sys.exit(grade.main(sys.argv[2:]))
-    if verb == "status":
-        sys.exit(status.main(sys.argv[2:]))
-    if verb == "grade-class":
-        sys.exit(classrun.main(sys.argv[2:]))
-    if verb == "class-run":
-        sys.exit(classrun.class_run_main(sys.argv[2:]))
-    if verb == "student-repo":
-        sys.exit(studentrepo.main(sys.argv[2:]))
-    if verb == "gradescope":
-        sys.exit(gradescope.main(sys.argv[2:]))
-    if verb == "gradescope-run":
-        sys.exit(gradescope.run_main(sys.argv[2:]))
-    if verb == "ci":
-        sys.exit(ci.main(sys.argv[2:]))
-    if verb == "hint":
-        sys.exit(hint.main(sys.argv[2:]))
     if verb == "sandbox-check":
-        from grader.core.course import COURSE
-        from grader.evidence import build_programs, sandbox
-        build_programs(COURSE)
-        sys.exit(sandbox.check(COURSE, sys.argv[2] if len(sys.argv) > 2
-                               else "here"))
-    if verb == "device-kind":
-        from grader.evidence import counters
-        sys.exit(counters.main(sys.argv[2:]))
-    if verb == "symptoms":
-        sys.exit(symptoms.main(sys.argv[2:]))
+        sys.exit(sandbox_check(sys.argv[2:]))
+    if verb in VERBS:
+        module, func = VERBS[verb]
+        sys.exit(getattr(importlib.import_module(module), func)(sys.argv[2:]))
     print(USAGE, file=sys.stderr)
     sys.exit(2)
