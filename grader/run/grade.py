@@ -32,19 +32,22 @@ from grader.evidence import build_programs
 # What must be exactly the checkout's: the grader, the course's provided code
 # and build rules, the VM runner.
 GUARDED = ["grader", "lessons", "vm-setup", "Makefile"]
-# The plugins a grading session loads are these and pytest's own that the
-# grader's tests use: not the built-in ones they do not (each costs a
-# session's start about 10 ms under the micro-VM's emulation), and not
-# whatever else is installed (AUTOLOAD: pytest scans no entry points, 0.1 s
-# of reading every installed package's metadata; a grade must not depend
-# on what else a machine has).
+# A grading session loads the grader's plugin, pytest-timeout and the
+# built-in plugins the grader's tests use: not the built-in ones they do
+# not (each costs a session's start about 10 ms under the micro-VM's
+# emulation), and not whatever else is installed (a grade must not depend
+# on what else a machine has). Both plugins are named in PYTEST_PLUGINS, not
+# by -p: pytest looks a -p name up among every installed package's entry
+# points (0.1 s per name in the VM), an environment one it imports.
+# Assertions are not rewritten: the grader's checks raise GradeFailure.
 UNUSED_PLUGINS = ["doctest", "legacypath", "monkeypatch", "nose", "pastebin",
                   "python_path", "recwarn", "setuponly", "setupplan",
                   "stepwise", "tmpdir", "unittest"]
 AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
-PYTEST_FLAGS = ["-p", "grader.session.plugin", "-p", "pytest_timeout",
-                *(a for p in UNUSED_PLUGINS for a in ("-p", f"no:{p}")),
-                "-qq", "--tb=no", "-rN", "--color=no",
+PYTEST_ENV = {AUTOLOAD: "1",
+              "PYTEST_PLUGINS": "grader.session.plugin,pytest_timeout"}
+PYTEST_FLAGS = [*(a for p in UNUSED_PLUGINS for a in ("-p", f"no:{p}")),
+                "--assert=plain", "-qq", "--tb=no", "-rN", "--color=no",
                 "-o", "console_output_style=classic"]
 
 
@@ -185,7 +188,7 @@ def main(argv):
                                              "client.py"), "--"]
                   if device and args.hosts != "2" else
                   [sys.executable, "-m", "pytest"])
-        cmd = ["env", f"{AUTOLOAD}=1", *runner,
+        cmd = ["env", *(f"{k}={v}" for k, v in PYTEST_ENV.items()), *runner,
                *pytest_args(src, out / "results.json", lesson=args.lesson,
                             junit=out / "junit.xml" if args.junit else None),
                f"--status={COURSE / '.grade' / 'status.json'}"]

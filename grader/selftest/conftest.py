@@ -120,9 +120,9 @@ def grade_tree(tree, lessons=None, label=None, extra=()):
     out.mkdir(parents=True)
     # Through the warm grader when the session has one (warm_grader): a
     # grading as make grade's, forked, its lessons side by side.
-    from grader.run.grade import AUTOLOAD, PYTEST_FLAGS
+    from grader.run.grade import PYTEST_ENV, PYTEST_FLAGS
     res = subprocess.run(
-        ["env", f"{AUTOLOAD}=1", sys.executable, "-S",
+        ["env", *(f"{k}={v}" for k, v in PYTEST_ENV.items()), sys.executable, "-S",
          "grader/session/client.py", "--", "-c", "grader/pytest.ini", "--rootdir", ".", *PYTEST_FLAGS,
          # every lesson in full: the self-check reads any lesson's lines
          "--verbose-failures",

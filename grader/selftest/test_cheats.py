@@ -348,9 +348,10 @@ def grade_cheats(lessons, tmp_path):
     # program), not of the tests before it.
     nodes.sort()
     junit = tmp_path / "junit.xml"
-    from grader.run.grade import AUTOLOAD, PYTEST_FLAGS
+    from grader.run.grade import PYTEST_ENV, PYTEST_FLAGS
     res = subprocess.run(
-        ["env", f"{AUTOLOAD}=1", sys.executable, "-m", "pytest", "-c",
+        ["env", *(f"{k}={v}" for k, v in PYTEST_ENV.items()), sys.executable,
+         "-m", "pytest", "-c",
          "grader/pytest.ini", "--rootdir", ".", *PYTEST_FLAGS,
          "--verbose-failures", *nodes, f"--src={TREE}", f"--junitxml={junit}",
          f"--transcripts={tmp_path}/transcripts"],

@@ -125,16 +125,16 @@ def grade(course, *args, src=None, path=(), autoload=False):
     """A grading of `course` as make grade's (grade.py's flags and
     environment); `path`: more of PYTHONPATH; `autoload`: without
     PYTEST_DISABLE_PLUGIN_AUTOLOAD."""
-    from grader.run.grade import AUTOLOAD, PYTEST_FLAGS
+    from grader.run.grade import AUTOLOAD, PYTEST_ENV, PYTEST_FLAGS
     cmd = [sys.executable, "-m", "pytest", "-c", str(COURSE / "grader/pytest.ini"),
            "--rootdir", str(course), *PYTEST_FLAGS,
            str(course / "grader/lessons"),
            "--course-root", str(course), "--src", str(src or course / "skeletons"),
            "--transcripts", str(course / "transcripts"), *args]
     env = dict(os.environ, PYTHONPATH=":".join([str(COURSE), *map(str, path)]))
-    env.pop(AUTOLOAD, None)
-    if not autoload:
-        env[AUTOLOAD] = "1"
+    env.update(PYTEST_ENV)
+    if autoload:
+        del env[AUTOLOAD]
     return subprocess.run(cmd, cwd=course, env=env, capture_output=True,
                           text=True, timeout=300)
 

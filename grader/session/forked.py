@@ -20,6 +20,7 @@ from pathlib import Path
 from grader.core import procs
 from grader.core.course import COURSE
 from grader.evidence.sandbox import STATE
+from grader.run.grade import PYTEST_ENV
 
 LESSON_TESTS = COURSE / "grader" / "lessons"
 # pytest warns that it cannot rewrite the asserts of modules imported
@@ -119,9 +120,8 @@ def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
-        # The plugins are the session's arguments' alone (grade.py's
-        # PYTEST_FLAGS): pytest scans no installed package for more.
-        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        # The plugins are make grade's and no others (grade.py).
+        os.environ.update(PYTEST_ENV)
         code = int((entry or pytest.main)([*args, *QUIET]))
     except BaseException as e:          # noqa: BLE001 - the child's last word
         print(f"grader: the grading session failed: {e!r}", file=sys.stderr)
