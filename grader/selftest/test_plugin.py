@@ -175,6 +175,41 @@ def test_a_pytest_plugin_installed_beside_changes_no_grade(course, tmp_path):
     assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/13", res.stdout
 
 
+def test_a_gated_session_runs_no_test_until_told(course, tmp_path):
+    """A session the warm grader forks starts at once and waits at its
+    gate, after collection, for the grader's word that no grader file
+    changed (server.py): with GO it grades; with the gate closed instead it
+    ends (75) and grades nothing."""
+    from grader.run.grade import PYTEST_FLAGS
+    from grader.session import forked
+    for go in (True, False):
+        out = tmp_path / ("go" if go else "closed")
+        out.mkdir()
+        args = ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir",
+                str(course), *PYTEST_FLAGS, str(course / "grader/lessons"),
+                "--course-root", str(course), "--src",
+                str(course / "skeletons"), "--transcripts", str(out / "t"),
+                "--results", str(out / "results.json")]
+        gate_r, gate_w = os.pipe()
+        pid = forked.fork_session(args, cwd=course, log=out / "log",
+                                  gate=gate_r, closing=[gate_w])
+        os.close(gate_r)
+        time.sleep(3)
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0), "it did not wait"
+        assert not (out / "results.json").exists()
+        if go:
+            os.write(gate_w, forked.GO)
+        os.close(gate_w)
+        _, status = os.waitpid(pid, 0)
+        log = (out / "log").read_text()
+        if go:
+            assert "Score: 3/13" in log, log
+        else:
+            assert os.waitstatus_to_exitcode(status) == 75, log
+            assert "Score" not in log and "90-good" not in log, log
+            assert not (out / "results.json").exists()
+
+
 def test_one_line_per_test(full):
     out = full[0].stdout
     assert "== 90-good: A good lesson ==" in out

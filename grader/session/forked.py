@@ -55,6 +55,24 @@ def warm_imports(lessons=None):
                 importlib.import_module(f.stem)
 
 
+GO = b"g"
+_gate = None        # fork_session(gate=): read before the session's first test
+
+
+def pass_gate():
+    """In a session forked with a gate: wait until the process that forked
+    it lets it run its tests (the warm grader, once it has found no grader
+    file changed since it imported them); end at once if it never will."""
+    global _gate
+    if _gate is None:
+        return
+    fd, _gate = _gate, None
+    go = os.read(fd, 1) == GO
+    os.close(fd)
+    if not go:
+        os._exit(75)
+
+
 def session_cgroup(group, name):
     """A cgroup for one session, `group`/`name` under cgroup v2's root
     (root only), or None."""
@@ -72,13 +90,14 @@ def session_cgroup(group, name):
 
 
 def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
-                 log=None, closing=(), setsid=True, entry=None):
+                 log=None, closing=(), setsid=True, entry=None, gate=None):
     """Fork a pytest session running pytest.main(args) (or entry(args));
     its pid. `stdio`: descriptors for its stdin, stdout and stderr; `log`:
     a file for its stdout and stderr instead. It leads a session of its
     own (unless not `setsid`), in `cgroup` when given; `env` replaces the
     environment, `cwd` the directory; `closing`: the forking process's
-    descriptors (or sockets) it closes."""
+    descriptors (or sockets) it closes; `gate`: a pipe's reading end from
+    which it reads GO before its first test (pass_gate)."""
     import pytest
     sys.stdout.flush()
     sys.stderr.flush()
@@ -86,6 +105,8 @@ def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
     if pid:
         return pid
     code = 70
+    global _gate
+    _gate = gate
     try:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from grader.core import harness
-from grader.session import records, report, symptoms
+from grader.session import forked, records, report, symptoms
 from grader.session.lesson import (LESSON_FILE, Build, GradedOnSubmission,
                                    Lesson, find_lessons, parse_lesson_arg,
                                    short_test_name)
@@ -241,6 +241,11 @@ class Grader:
         for a, b in zip(keep, keep[1:] + [None]):
             if b is None or self.items[a.nodeid][0] != self.items[b.nodeid][0]:
                 self.last_of_lesson.add(a.nodeid)
+
+    def pytest_collection_finish(self, session):
+        # A warm grader's session: its tests wait for the grader's word
+        # that no grader file changed (server.py).
+        forked.pass_gate()
 
     def selected(self, item, title):
         """TEST=NAME: the tests whose name or title has NAME; TEST='!NAME':
