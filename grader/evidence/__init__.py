@@ -12,4 +12,5 @@ def build_programs(course):
     test build them on the host (gcc is much slower in the VM)."""
     from grader.evidence.interpose import build_interposer
     grader_program(course, "evidence/sandbox-exec.c")
+    grader_program(course, "session/client.c")
     build_interposer(course)

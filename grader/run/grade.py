@@ -24,31 +24,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grader.core.build import compile_lesson
+from grader.core.build import compile_lesson, grader_program
 from grader.core.course import (COURSE, lesson_names, needs_device,  # noqa: F401
                                 parse_lessons)
 from grader.evidence import build_programs
+from grader.session.forked import PYTEST_ENV, PYTEST_FLAGS
 
 # What must be exactly the checkout's: the grader, the course's provided code
 # and build rules, the VM runner.
 GUARDED = ["grader", "lessons", "vm-setup", "Makefile"]
-# A grading session loads the grader's plugin, pytest-timeout and the
-# built-in plugins the grader's tests use: not the built-in ones they do
-# not (each costs a session's start about 10 ms under the micro-VM's
-# emulation), and not whatever else is installed (a grade must not depend
-# on what else a machine has). Both plugins are named in PYTEST_PLUGINS, not
-# by -p: pytest looks a -p name up among every installed package's entry
-# points (0.1 s per name in the VM), an environment one it imports.
-# Assertions are not rewritten: the grader's checks raise GradeFailure.
-UNUSED_PLUGINS = ["doctest", "legacypath", "monkeypatch", "nose", "pastebin",
-                  "python_path", "recwarn", "setuponly", "setupplan",
-                  "stepwise", "tmpdir", "unittest"]
-AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
-PYTEST_ENV = {AUTOLOAD: "1",
-              "PYTEST_PLUGINS": "grader.session.plugin,pytest_timeout"}
-PYTEST_FLAGS = [*(a for p in UNUSED_PLUGINS for a in ("-p", f"no:{p}")),
-                "--assert=plain", "-qq", "--tb=no", "-rN", "--color=no",
-                "-o", "console_output_style=classic"]
 
 
 def integrity_problems(course):
@@ -183,9 +167,9 @@ def main(argv):
                                           (names or lesson_names(COURSE, src)))
         where = [str(COURSE / "vm-setup" / "with-rxe")] if device else []
         # Where a device is, through the warm grader when a warm VM runs
-        # one (grader/session/client.py falls back to pytest itself).
-        runner = ([sys.executable, "-S", str(COURSE / "grader" / "session" /
-                                             "client.py"), "--"]
+        # one (grader/session/client.c falls back to pytest itself).
+        runner = ([str(grader_program(COURSE, "session/client.c")),
+                   sys.executable, "--"]
                   if device and args.hosts != "2" else
                   [sys.executable, "-m", "pytest"])
         cmd = ["env", *(f"{k}={v}" for k, v in PYTEST_ENV.items()), *runner,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.session.client import WARM_WAIT
+from grader.session.server import WARM_WAIT
 
 HERE = Path(__file__).resolve().parent
 COURSE = HERE.parent.parent
@@ -120,10 +120,12 @@ def grade_tree(tree, lessons=None, label=None, extra=()):
     out.mkdir(parents=True)
     # Through the warm grader when the session has one (warm_grader): a
     # grading as make grade's, forked, its lessons side by side.
-    from grader.run.grade import PYTEST_ENV, PYTEST_FLAGS
+    from grader.core.build import grader_program
+    from grader.session.forked import PYTEST_ENV, PYTEST_FLAGS
     res = subprocess.run(
-        ["env", *(f"{k}={v}" for k, v in PYTEST_ENV.items()), sys.executable, "-S",
-         "grader/session/client.py", "--", "-c", "grader/pytest.ini", "--rootdir", ".", *PYTEST_FLAGS,
+        ["env", *(f"{k}={v}" for k, v in PYTEST_ENV.items()),
+         grader_program(COURSE, "session/client.c"), sys.executable, "--",
+         "-c", "grader/pytest.ini", "--rootdir", ".", *PYTEST_FLAGS,
          # every lesson in full: the self-check reads any lesson's lines
          "--verbose-failures",
          "grader/lessons", f"--src={tree}", f"--results={out}/results.json",

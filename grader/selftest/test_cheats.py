@@ -348,7 +348,7 @@ def grade_cheats(lessons, tmp_path):
     # program), not of the tests before it.
     nodes.sort()
     junit = tmp_path / "junit.xml"
-    from grader.run.grade import PYTEST_ENV, PYTEST_FLAGS
+    from grader.session.forked import PYTEST_ENV, PYTEST_FLAGS
     res = subprocess.run(
         ["env", *(f"{k}={v}" for k, v in PYTEST_ENV.items()), sys.executable,
          "-m", "pytest", "-c",

@@ -133,9 +133,8 @@ def test_mutants_compile():
 
 
 def _pytest_args(m, out):
-    from grader.run.grade import PYTEST_FLAGS
     return ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir", str(COURSE),
-            *PYTEST_FLAGS, *m.nodes(), f"--src={m.tree}",
+            *forked.PYTEST_FLAGS, *m.nodes(), f"--src={m.tree}",
             *(["--prebuilt"] if m.device else []), f"--lesson={m.num}",
             f"--results={out}/results.json",
             f"--transcripts={out}/transcripts"]

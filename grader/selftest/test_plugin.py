@@ -125,7 +125,7 @@ def grade(course, *args, src=None, path=(), autoload=False):
     """A grading of `course` as make grade's (grade.py's flags and
     environment); `path`: more of PYTHONPATH; `autoload`: without
     PYTEST_DISABLE_PLUGIN_AUTOLOAD."""
-    from grader.run.grade import AUTOLOAD, PYTEST_ENV, PYTEST_FLAGS
+    from grader.session.forked import AUTOLOAD, PYTEST_ENV, PYTEST_FLAGS
     cmd = [sys.executable, "-m", "pytest", "-c", str(COURSE / "grader/pytest.ini"),
            "--rootdir", str(course), *PYTEST_FLAGS,
            str(course / "grader/lessons"),
@@ -180,13 +180,13 @@ def test_a_gated_session_runs_no_test_until_told(course, tmp_path):
     gate, after collection, for the grader's word that no grader file
     changed (server.py): with GO it grades; with the gate closed instead it
     ends (75) and grades nothing."""
-    from grader.run.grade import PYTEST_FLAGS
     from grader.session import forked
     for go in (True, False):
         out = tmp_path / ("go" if go else "closed")
         out.mkdir()
         args = ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir",
-                str(course), *PYTEST_FLAGS, str(course / "grader/lessons"),
+                str(course), *forked.PYTEST_FLAGS,
+                str(course / "grader/lessons"),
                 "--course-root", str(course), "--src",
                 str(course / "skeletons"), "--transcripts", str(out / "t"),
                 "--results", str(out / "results.json")]

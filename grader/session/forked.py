@@ -20,9 +20,27 @@ from pathlib import Path
 from grader.core import procs
 from grader.core.course import COURSE
 from grader.evidence.sandbox import STATE
-from grader.run.grade import PYTEST_ENV
 
 LESSON_TESTS = COURSE / "grader" / "lessons"
+# A grading session (make grade's, the warm grader's, a shard's, a
+# class-run's, the self-check's) loads the grader's plugin, pytest-timeout
+# and the built-in plugins the grader's tests use: not the built-in ones
+# they do not (each costs a session's start about 10 ms under the
+# micro-VM's emulation), and not whatever else is installed (a grade must
+# not depend on what else a machine has). Both plugins are named in
+# PYTEST_PLUGINS, not by -p: pytest looks a -p name up among every
+# installed package's entry points (0.1 s per name in the VM), an
+# environment one it imports. Assertions are not rewritten: the grader's
+# checks raise GradeFailure.
+UNUSED_PLUGINS = ["doctest", "legacypath", "monkeypatch", "nose", "pastebin",
+                  "python_path", "recwarn", "setuponly", "setupplan",
+                  "stepwise", "tmpdir", "unittest"]
+AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
+PYTEST_ENV = {AUTOLOAD: "1",
+              "PYTEST_PLUGINS": "grader.session.plugin,pytest_timeout"}
+PYTEST_FLAGS = [*(a for p in UNUSED_PLUGINS for a in ("-p", f"no:{p}")),
+                "--assert=plain", "-qq", "--tb=no", "-rN", "--color=no",
+                "-o", "console_output_style=classic"]
 # pytest warns that it cannot rewrite the asserts of modules imported
 # before it ran; the grader's checks are explicit, it needs no rewriting.
 QUIET = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
@@ -141,7 +159,7 @@ def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
-        # The plugins are make grade's and no others (grade.py).
+        # The plugins are make grade's and no others (PYTEST_ENV).
         os.environ.update(PYTEST_ENV)
         code = int((entry or pytest.main)([*args, *QUIET]))
     except BaseException as e:          # noqa: BLE001 - the child's last word

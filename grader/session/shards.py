@@ -5,7 +5,7 @@ one results.json, one status and one Score line.
 
     python3 -m grader.session.shards -- PYTEST_ARG...
 
-What grader/session/client.py runs (cold, or forked by the warm grader).
+What grader/session/client.c runs (cold, or forked by the warm grader).
 The devices are $RDMA_DEVICES ("DEV,GID_INDEX,IP,NETDEV ..."; the micro-VM
 makes one per vCPU, up to three): each has its own hw counters, its own
 netdev (lesson 10 takes its port down) and its own address, so a shard's

@@ -195,7 +195,7 @@ if [ "${SERVE:-0}" = 1 ]; then
 	# The warm grader (grader/session/server.py): pytest, the grader and
 	# pyverbs imported once, a grading session forked per `make grade`.
 	# Its socket is root's alone; a job that finds none grades cold, one
-	# that finds it warming up waits for it (grader/session/client.py).
+	# that finds it warming up waits for it (grader/session/client.c).
 	if [ "${PAIR_SERVE:-0}" != 1 ] && [ -e "$COURSE_DIR/grader/session/server.py" ]; then
 		$BB mkdir -p -m 0700 /run/rdma-course-grader
 		: >/run/rdma-course-grader/warming
