@@ -130,23 +130,32 @@ static void cold(char *python, char **args, int nargs, const char *why)
 	exit(127);
 }
 
+/* Where the value of "key" starts in the JSON object text (the server's
+ * replies: one flat object), or NULL when it has none. */
+static const char *json_value(const char *text, const char *key)
+{
+	char pattern[64];
+	const char *p;
+
+	snprintf(pattern, sizeof(pattern), "\"%s\"", key);
+	p = strstr(text, pattern);
+	if (!p)
+		return NULL;
+	p += strlen(pattern);
+	while (*p == ' ' || *p == ':')
+		p++;
+	return p;
+}
+
 /* The string value of "key" in the JSON object text, unescaped into out
  * (\uXXXX beyond ASCII as '?'); 0 when it has none. */
 static int json_string(const char *text, const char *key, char *out,
 		       size_t size)
 {
-	char pattern[64];
-	const char *p;
+	const char *p = json_value(text, key);
 	size_t n = 0;
 
-	snprintf(pattern, sizeof(pattern), "\"%s\"", key);
-	p = strstr(text, pattern);
-	if (!p)
-		return 0;
-	p += strlen(pattern);
-	while (*p == ' ' || *p == ':')
-		p++;
-	if (*p++ != '"')
+	if (!p || *p++ != '"')
 		return 0;
 	while (*p && *p != '"' && n + 1 < size) {
 		char c = *p++;
@@ -175,16 +184,11 @@ static int json_string(const char *text, const char *key, char *out,
  * it has none. */
 static int json_int(const char *text, const char *key, long *value)
 {
-	char pattern[64], *end;
-	const char *p;
+	const char *p = json_value(text, key);
+	char *end;
 
-	snprintf(pattern, sizeof(pattern), "\"%s\"", key);
-	p = strstr(text, pattern);
 	if (!p)
 		return 0;
-	p += strlen(pattern);
-	while (*p == ' ' || *p == ':')
-		p++;
 	*value = strtol(p, &end, 10);
 	return end != p;
 }
