@@ -46,6 +46,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -252,6 +253,10 @@ class Sandbox:
         os.chmod(self.scratch_root, 0o711)      # whatever the umask
         self.stage = self.scratch_root / "stage"
         self.staged = {}            # source path -> (dev, ino, mtime, size)
+        # A test may start programs from several threads (lesson 09's lab,
+        # three at a time): one stages a file while the others wait, or
+        # each copied to the same .new and all but one found it gone.
+        self.staging = threading.Lock()
 
     def close(self):
         self.end_test()
@@ -365,16 +370,18 @@ class Sandbox:
         # (same inode, time and size): a build dir reused for another
         # tree's program must never run the last one's copy.
         key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-        if self.staged.get(real) != key or not dest.exists():
-            for d in reversed(dest.relative_to(self.scratch_root).parents):
-                if str(d) != ".":
-                    (self.scratch_root / d).mkdir(mode=0o755, exist_ok=True)
-                    os.chmod(self.scratch_root / d, 0o755)
-            tmp = dest.with_name(dest.name + ".new")
-            shutil.copyfile(real, tmp)
-            os.chmod(tmp, 0o755 if st.st_mode & 0o111 else 0o644)
-            os.replace(tmp, dest)
-            self.staged[real] = key
+        with self.staging:
+            if self.staged.get(real) != key or not dest.exists():
+                for d in reversed(dest.relative_to(self.scratch_root).parents):
+                    if str(d) != ".":
+                        (self.scratch_root / d).mkdir(mode=0o755,
+                                                      exist_ok=True)
+                        os.chmod(self.scratch_root / d, 0o755)
+                tmp = dest.with_name(dest.name + ".new")
+                shutil.copyfile(real, tmp)
+                os.chmod(tmp, 0o755 if st.st_mode & 0o111 else 0o644)
+                os.replace(tmp, dest)
+                self.staged[real] = key
         return str(dest)
 
 

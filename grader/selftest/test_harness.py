@@ -257,3 +257,30 @@ def test_a_qp_is_the_programs_by_pid_and_name():
     assert "'python3'" in why and "became another program" in why
     # A pid the grader did not start a program as: the pid alone decides.
     assert owner_problem({"pid": 99, "comm": "anything"}, 99) is None
+
+
+def test_a_program_started_from_three_threads_at_once_is_staged(tmp_path):
+    """Lesson 09's lab starts its program three at a time (its TEST=
+    gradings did, and each run but one lost its staged copy: 'No such file
+    or directory: .../failures.new'): every start gets the stage's copy."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from grader.evidence.sandbox import Sandbox
+    course = tmp_path / "course"
+    prog = course / "build" / "prog"
+    prog.parent.mkdir(parents=True)
+    prog.write_bytes(b"\x7fELF" + os.urandom(1 << 20))
+    prog.chmod(0o755)
+    sb = Sandbox.__new__(Sandbox)
+    sb.course = course
+    sb.scratch_root = tmp_path / "scratch"
+    sb.scratch_root.mkdir()
+    sb.stage = sb.scratch_root / "stage"
+    sb.staged = {}
+    sb.staging = threading.Lock()
+    for _ in range(5):
+        os.utime(prog, ns=(time.time_ns(), time.time_ns()))   # new again
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            got = list(pool.map(sb._staged, [str(prog)] * 6))
+        assert got == [str(sb.stage / "build" / "prog")] * 6
+        assert (sb.stage / "build" / "prog").read_bytes() == prog.read_bytes()
