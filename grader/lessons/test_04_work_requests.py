@@ -111,6 +111,9 @@ def _a_inputs(rng, n):
         (0x1800, 4096, 4096),
         (0x7F0000000FFF, 2, 4096),
         (0x7F0000000000, 0, 4096),
+        # Empty at an unaligned address: (addr + len - 1) / page then
+        # names the page addr is in, and an unguarded formula counts 1.
+        (0x7F0000000FFF, 0, 4096),
         (0x7F0000000000, GiB, 2 << 20),
     ]
     for _ in range(n):
