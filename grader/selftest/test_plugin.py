@@ -210,6 +210,34 @@ def test_a_gated_session_runs_no_test_until_told(course, tmp_path):
             assert not (out / "results.json").exists()
 
 
+def test_a_gated_sessions_shards_wait_at_its_gate(tmp_path):
+    """A session of several lessons runs as shards, each a session forked
+    from it (shards.py): each keeps the gate, and runs nothing until GO."""
+    from grader.session import forked
+
+    def shard(args):
+        forked.pass_gate()
+        (tmp_path / args[0]).write_text("ran")
+        return 0
+
+    def session(args):
+        pids = [forked.fork_session([n], entry=shard, setsid=False)
+                for n in ("a", "b", "c")]
+        return max(os.waitstatus_to_exitcode(os.waitpid(p, 0)[1])
+                   for p in pids)
+    gate_r, gate_w = os.pipe()
+    pid = forked.fork_session([], entry=session, gate=gate_r,
+                              closing=[gate_w], log=tmp_path / "log")
+    os.close(gate_r)
+    time.sleep(1)
+    assert not list(tmp_path.glob("[abc]")), "a shard ran before GO"
+    os.write(gate_w, forked.GO * 8)
+    os.close(gate_w)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, (tmp_path / "log").read_text()
+    assert sorted(p.name for p in tmp_path.glob("[abc]")) == ["a", "b", "c"]
+
+
 def test_one_line_per_test(full):
     out = full[0].stdout
     assert "== 90-good: A good lesson ==" in out

@@ -124,7 +124,8 @@ def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
         return pid
     code = 70
     global _gate
-    _gate = gate
+    if gate is not None:        # (a shard forked by shards.run keeps its
+        _gate = gate            # session's gate: each reads its own GO)
     try:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
