@@ -418,6 +418,24 @@ class Message:
     def data(self):
         return b"".join(p.payload for p in self.packets)
 
+    def _offset(self, psn):
+        return (psn - self.packets[0].psn) % (1 << 24)
+
+    def spans(self, psn):
+        """Is `psn` after this message's first packet and before its last
+        (a packet of it that came late)?"""
+        return (bool(self.packets) and self.packets[0].low in FIRST and
+                0 < self._offset(psn) < self._offset(self.packets[-1].psn))
+
+    def place(self, p):
+        """Add packet `p` in its place by PSN (after the first packet)."""
+        i = len(self.packets)
+        if self.packets and self.packets[0].low in FIRST:
+            while i > 1 and self._offset(self.packets[i - 1].psn) > \
+                    self._offset(p.psn):
+                i -= 1
+        self.packets.insert(i, p)
+
     @property
     def reth(self):
         return next((p.reth for p in self.packets if p.reth), None)
@@ -471,8 +489,10 @@ class Segment:
 
     def messages(self, src=None, dst=None, retransmits=False):
         """The RoCE messages from src to dst, in order: a FIRST starts one,
-        MIDDLEs and a LAST continue it (per destination QP); an ONLY, an
-        ACK, a READ request or an atomic is one by itself. A packet whose
+        MIDDLEs and a LAST continue it (per destination QP), each in its
+        place by PSN (a MIDDLE that came after its LAST - lost on the way
+        and sent again - joins the message whose PSNs surround it); an ONLY,
+        an ACK, a READ request or an atomic is one by itself. A packet whose
         PSN its QP already carried (a retransmission) is left out unless
         `retransmits`; so is a READ request for the rest of an earlier one
         (the requester asks again from the first response it lacks: a later
@@ -480,7 +500,7 @@ class Segment:
         that was not intact (cut short, or a wrong ICRC: its receiver
         dropped it), or a MIDDLE shorter than its FIRST, gives way to the
         next one at its PSN."""
-        out, open_, seen, reads = [], {}, {}, {}
+        out, open_, last, seen, reads = [], {}, {}, {}, {}
         for p in self.packets(src, dst):
             if not p.decoded or p.malformed:
                 continue
@@ -491,9 +511,10 @@ class Segment:
                 if (key, p.psn) in seen:
                     place = seen[(key, p.psn)]
                     if place is not None:           # it replaces a damaged one
-                        place[0].packets[place[1]] = p
-                        if p.intact:
-                            seen[(key, p.psn)] = None
+                        m, old = place
+                        m.packets[next(i for i, q in enumerate(m.packets)
+                                       if q is old)] = p
+                        seen[(key, p.psn)] = None if p.intact else (m, p)
                     continue
                 if p.low == 0x0c and p.reth:
                     va, rkey, n = p.reth
@@ -505,18 +526,21 @@ class Segment:
                         continue
                     reads[key] = (va, rkey, n, p.psn)
             if p.low in FIRST:
-                m = open_[key] = Message([p])
+                m = open_[key] = last[key] = Message([p])
                 out.append(m)
             elif p.low in MIDDLE or p.low in LAST:
                 m = open_.get(key)
-                if m is None:
-                    m = Message()
+                if m is None and key in last and last[key].spans(p.psn):
+                    m = last[key]
+                elif m is None:
+                    m = last[key] = Message()
                     out.append(m)
-                m.packets.append(p)
-                if p.low in LAST:
-                    open_.pop(key, None)
-                else:
-                    open_[key] = m
+                m.place(p)
+                if m is open_.get(key) or m.packets[-1] is p:
+                    if p.low in LAST:
+                        open_.pop(key, None)
+                    else:
+                        open_[key] = m
             else:
                 m = Message([p])
                 out.append(m)
@@ -525,7 +549,7 @@ class Segment:
             whole = p.intact and not (p.low in MIDDLE and m.packets[0].low
                                       in FIRST and len(p.payload) !=
                                       len(m.packets[0].payload))
-            seen[(key, p.psn)] = None if whole else (m, len(m.packets) - 1)
+            seen[(key, p.psn)] = None if whole else (m, p)
         return out
 
     def tcp(self, src=None, dst=None):

@@ -230,6 +230,34 @@ def test_a_damaged_response_gives_way_to_the_one_sent_again(tmp_path, how):
     assert len(wire.requests(seg, B, A)) == 1          # the retry is left out
 
 
+def test_responses_lost_before_the_last_join_their_message(tmp_path):
+    """READ responses lost on the way while the LAST arrived (CI's run 29
+    on lesson 07: 96 full responses, then the LAST, then the requester
+    asked again for the rest): the ones sent again join the message in
+    PSN order, before its LAST."""
+    rng = random.Random(29)
+    mtu, psn, qpb = 1024, (1 << 24) - 50, 0x22     # (PSNs wrap past 2^24)
+    data = bytes(rng.randrange(256) for _ in range(12 * mtu - 274))
+    chunks = [data[i:i + mtu] for i in range(0, len(data), mtu)]
+    op = lambda k: 0x0d if k == 0 else 0x0f if k == len(chunks) - 1 else 0x0e
+    frame = lambda k, o=None: wire.roce_frame(  # noqa: E731
+        A, B, o or op(k), qpb, psn + k, payload=chunks[k], aeth=(0x1f, 1))
+    va, rkey = 0x7f0000001000, 0x1234
+    frames = [wire.roce_frame(B, A, 0x0c, 0x11, psn, ackreq=True,
+                              reth=(va, rkey, len(data)))]
+    frames += [frame(k) for k in range(8)] + [frame(11)]   # 8-10 lost
+    frames.append(wire.roce_frame(B, A, 0x0c, 0x11, psn + 8, ackreq=True,
+                                  reth=(va + 8 * mtu, rkey,
+                                        len(data) - 8 * mtu)))
+    frames += [frame(k, 0x0e) for k in (8, 9, 10)] + [frame(11)]
+    path = tmp_path / "read.pcap"
+    wire.write_pcap(path, frames)
+    msgs = wire.requests(wire.Segment(path.read_bytes()), A, B)
+    assert wire.kinds(msgs) == ["RDMA_READ_RESPONSE"]
+    assert [(p.psn - psn) % (1 << 24) for p in msgs[0].packets] == list(range(12))
+    assert msgs[0].data == data
+
+
 def test_an_intact_packet_sent_again_is_still_a_repeat(tmp_path):
     """Two intact packets at one PSN: the first is the one that counts."""
     data = bytes(range(256)) * 8
