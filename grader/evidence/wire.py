@@ -421,6 +421,10 @@ class Message:
     def _offset(self, psn):
         return (psn - self.packets[0].psn) % (1 << 24)
 
+    def before(self, psn):
+        """Is `psn` before this message's first packet?"""
+        return bool(self.packets) and self._offset(psn) >= 1 << 23
+
     def spans(self, psn):
         """Is `psn` after this message's first packet and before its last
         (a packet of it that came late)?"""
@@ -526,14 +530,19 @@ class Segment:
                         continue
                     reads[key] = (va, rkey, n, p.psn)
             if p.low in FIRST:
-                m = open_[key] = last[key] = Message([p])
+                m = open_[key] = Message([p])
+                last[key] = [*last.get(key, [])[-7:], m]
                 out.append(m)
             elif p.low in MIDDLE or p.low in LAST:
                 m = open_.get(key)
-                if m is None and key in last and last[key].spans(p.psn):
-                    m = last[key]
-                elif m is None:
-                    m = last[key] = Message()
+                if m is None or m.before(p.psn):
+                    # A packet that came late: the message whose PSNs
+                    # surround it (one of its QP's last few), if any.
+                    m = next((q for q in reversed(last.get(key, []))
+                              if q.spans(p.psn)), m)
+                if m is None:
+                    m = Message()
+                    last.setdefault(key, []).append(m)
                     out.append(m)
                 m.place(p)
                 if m is open_.get(key) or m.packets[-1] is p:

@@ -250,12 +250,17 @@ def test_responses_lost_before_the_last_join_their_message(tmp_path):
                                   reth=(va + 8 * mtu, rkey,
                                         len(data) - 8 * mtu)))
     frames += [frame(k, 0x0e) for k in (8, 9, 10)] + [frame(11)]
+    # ... and another READ's first response before them (a later PSN).
+    nxt = wire.roce_frame(A, B, 0x0d, qpb, psn + 12, payload=b"next",
+                          aeth=(0x1f, 2))
+    frames.insert(-4, nxt)
     path = tmp_path / "read.pcap"
     wire.write_pcap(path, frames)
     msgs = wire.requests(wire.Segment(path.read_bytes()), A, B)
-    assert wire.kinds(msgs) == ["RDMA_READ_RESPONSE"]
+    assert wire.kinds(msgs) == ["RDMA_READ_RESPONSE", "RDMA_READ_RESPONSE"]
     assert [(p.psn - psn) % (1 << 24) for p in msgs[0].packets] == list(range(12))
     assert msgs[0].data == data
+    assert msgs[1].data == b"next"
 
 
 def test_an_intact_packet_sent_again_is_still_a_repeat(tmp_path):
