@@ -697,6 +697,7 @@ class KvClient:
                 if status != OK:
                     raise Done(f"put {k.decode()}: status {status}")
         print(f"preloaded {len(keys)} keys", flush=True)
+        r["preloaded"] = len(keys)
         ns, stop = [], False
         t0 = time.perf_counter()
         while not stop:
