@@ -103,8 +103,12 @@ vm_part() {
 	[ $w = 0 ] && [ $n = 0 ] && [ $a = 0 ]
 }
 part 3 vm_part &
+# Parts 4a and 4b are one VM each, whose whole run the VM's own timeout
+# bounds: a backstop for a hang, not a speed. They took 1000-1150 s in
+# fresh-clone make tests, against run.sh's default of 1800 s.
+vm_timeout=${RXE_VM_TIMEOUT:-3600}
 if [ -d solutions ]; then
-	part 4b env RXE_VM_COLD=1 RXE_VM_SMP="$smp_4b" vm-setup/with-rxe $PYTEST_CMD -m device -v --durations=8 \
+	part 4b env RXE_VM_COLD=1 RXE_VM_SMP="$smp_4b" RXE_VM_TIMEOUT="$vm_timeout" vm-setup/with-rxe $PYTEST_CMD -m device -v --durations=8 \
 		grader/selftest/test_cheats.py grader/selftest/test_mutants.py "$@" &
 else
 	echo "(no solutions/ here: no cheats or mutants to grade)" >"$logs/4b"
@@ -112,7 +116,7 @@ else
 	echo 0 >"$logs/4b.end"
 fi
 device_part() {
-	RXE_VM_COLD=1 RXE_VM_DEVICES=2 vm-setup/with-rxe bash -c 'bats --timing grader/bats/device.bats; b=$?
+	RXE_VM_COLD=1 RXE_VM_DEVICES=2 RXE_VM_TIMEOUT="$vm_timeout" vm-setup/with-rxe bash -c 'bats --timing grader/bats/device.bats; b=$?
 		'"$PYTEST"' -m device -v --durations=8 --deselect grader/selftest/test_cheats.py --deselect grader/selftest/test_mutants.py "$@"; p=$?
 		[ $b = 0 ] && [ $p = 0 ]' run-all "$@"
 }
