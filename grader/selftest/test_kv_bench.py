@@ -7,7 +7,9 @@ advertised table with the advertised rkey, with 'remote access error'."""
 import pytest
 
 from grader import GradeFailure
-from grader.lessons.test_15_kv_store_peer import again, twice
+from grader.core.harness import Result
+from grader.lessons.test_15_kv_store_peer import (BENCH_KEYS, again,
+                                                   reads_began, twice)
 
 
 def runs(*outcomes):
@@ -64,10 +66,31 @@ def test_two_failed_runs_fail_with_both_shown():
     assert "more" not in str(got.value)
 
 
+def _client(returncode=1, timed_out=False):
+    return Result(["kv_client", "--bench"], returncode, "", "", 1.0,
+                  timed_out=timed_out, timeout=120)
+
+
+def _served(n):
+    return {"requests": [{"seq": i, "op": "put"} for i in range(n)]}
+
+
+def test_the_reads_began_once_the_server_answered_the_whole_preload():
+    assert reads_began(_client(), _served(BENCH_KEYS))
+    assert reads_began(_client(), _served(BENCH_KEYS + 1))
+    # The skeleton: one PUT answered, then it waited for its reply.
+    assert not reads_began(_client(), _served(1))
+    assert not reads_began(_client(), _served(BENCH_KEYS - 1))
+    assert not reads_began(_client(), None)
+
+
 def test_a_run_that_hung_is_not_run_again():
+    hung = _client(returncode=-9, timed_out=True)
+    assert not reads_began(hung, _served(BENCH_KEYS))
     run, made = runs(again(GradeFailure("kv_client --bench: expected exit "
                                         "status 0, got: killed by the grader "
-                                        "after 120 s"), True),
+                                        "after 120 s"),
+                           reads_began(hung, _served(BENCH_KEYS))),
                      "second")
     with pytest.raises(GradeFailure, match="killed by the grader"):
         twice(run)
