@@ -238,6 +238,61 @@ def test_a_gated_sessions_shards_wait_at_its_gate(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("[abc]")) == ["a", "b", "c"]
 
 
+def test_a_session_from_the_prepared_configuration_grades_the_same(course, tmp_path):
+    """A session forked after warm_imports() starts from the configuration
+    made once before the fork (forked.prepare_config) and uses it up; it
+    grades as a session configured from scratch does, and a mistyped
+    option fails the same way, naming the ini file and the rootdir."""
+    from grader.session import forked
+    forked.prepare_config()
+    assert forked._config is not None, "this pytest lacks what it uses"
+
+    def run(name, prepared, *extra):
+        out = tmp_path / name
+        out.mkdir()
+        args = ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir",
+                str(course), *forked.PYTEST_FLAGS,
+                str(course / "grader/lessons"),
+                "--course-root", str(course), "--src",
+                str(course / "skeletons"), "--transcripts", str(out / "t"),
+                "--results", str(out / "results.json"), *extra]
+
+        def entry(a):
+            import pytest
+            had = forked._config is not None
+            rc = pytest.main(a)
+            (out / "used").write_text(str(had and forked._config is None))
+            return rc
+        kept = forked._config
+        if not prepared:
+            forked._config = None
+        try:
+            pid = forked.fork_session(args, cwd=course, log=out / "log",
+                                      entry=entry)
+        finally:
+            forked._config = kept
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        log = re.sub(r"\([0-9.]+s\)", "", (out / "log").read_text())
+        log = log.replace(str(out), "OUT")
+        return status, log, out
+
+    s1, log1, out1 = run("prepared", True)
+    s0, log0, out0 = run("scratch", False)
+    assert (out1 / "used").read_text() == "True"
+    assert (out0 / "used").read_text() == "False"
+    assert (s1, log1) == (s0, log0)
+    assert "Score: 3/13" in log1, log1
+    tests = [json.loads((o / "results.json").read_text())["tests"]
+             for o in (out1, out0)]
+    assert [(t["name"], t["score"]) for t in tests[0]] == \
+        [(t["name"], t["score"]) for t in tests[1]]
+    s1, log1, _ = run("prepared-typo", True, "--lessons=90")
+    s0, log0, _ = run("scratch-typo", False, "--lessons=90")
+    assert (s1, log1) == (s0, log0)
+    assert s1 == 4 and "unrecognized arguments: --lessons=90" in log1, log1
+    assert f"rootdir: {course}" in log1 and "inifile: " in log1, log1
+
+
 def test_one_line_per_test(full):
     out = full[0].stdout
     assert "== 90-good: A good lesson ==" in out

@@ -57,9 +57,11 @@ def warm_imports(lessons=None):
             importlib.import_module("_pytest." + name)
         except ImportError:
             pass
+    # (pdb: pytest's debugging plugin imports it in every session's
+    # configuration, with cmd, code and codeop.)
     for name in ("pytest_timeout", "grader.session.plugin",
                  "grader.session.pairs", "grader.evidence.trusted.run",
-                 "grader.evidence.interpose"):
+                 "grader.evidence.interpose", "pdb"):
         try:
             importlib.import_module(name)
         except ImportError:
@@ -71,6 +73,79 @@ def warm_imports(lessons=None):
         for f in sorted(LESSON_TESTS.glob("test_[0-9][0-9]_*.py")):
             if lessons is None or f.name[5:7] in lessons:
                 importlib.import_module(f.stem)
+    prepare_config()
+
+
+# pytest's configuration as far as no session's arguments change it, made
+# once in the warm process (prepare_config) and used by the sessions forked
+# from it: each starts from its own copy (the fork's), the warm process's
+# is never used. pytest builds it in every session otherwise: the built-in
+# plugins registered (each parsed for its hooks), every option added, and
+# argparse's parser built from all of them (some 470 options) six times
+# per session. That was 40 % of a one-test session's configuration and
+# collection on the host (0.13 s for 0.21 s, 7 runs each), which the
+# micro-VM's emulation makes some ten times longer.
+_config = None
+
+
+def prepare_config():
+    """Make the configuration every session shares (_config) and have
+    pytest.main() in a session forked later start from it. Where this
+    pytest lacks what it uses, sessions configure themselves as before."""
+    global _config
+    if _config is not None:
+        return
+    try:
+        from _pytest import config as pytest_config
+        config = pytest_config.get_config(list(PYTEST_FLAGS))
+        for name in PYTEST_ENV["PYTEST_PLUGINS"].split(","):
+            config.pluginmanager.import_plugin(name)
+        parser = config._parser
+        build, built = parser._getparser, {}
+
+        def getparser():
+            # Options are only ever added: their count names the parser.
+            key = (parser.prog, len(parser._groups), len(parser._anonymous.options),
+                   sum(len(g.options) for g in parser._groups))
+            if key not in built:
+                built.clear()
+                built[key] = build()
+            # (Its error messages show what pytest found since: the ini
+            # file, the rootdir.)
+            built[key].extra_info = parser.extra_info
+            return built[key]
+        parser._getparser = getparser
+        getparser()
+        # (What a session calls: a pytest whose signature differs fails here.)
+        pytest_config.Config.InvocationParams(args=(), plugins=None,
+                                              dir=Path.cwd())
+    except (ImportError, AttributeError, TypeError):
+        return
+    _config = config
+
+
+def _start_from_prepared():
+    """In a forked session: pytest.main()'s get_config() returns the
+    prepared configuration, once (a session forked from this one, a shard,
+    gets its own copy: this process's is not used until pytest.main())."""
+    if _config is None:
+        return
+    from _pytest import config as pytest_config
+    if getattr(pytest_config.get_config, "prepared", False):
+        return
+    original = pytest_config.get_config
+
+    def get_config(args=None, plugins=None):
+        global _config
+        pytest_config.get_config = original
+        config, _config = _config, None
+        config.invocation_params = pytest_config.Config.InvocationParams(
+            args=args or (), plugins=plugins, dir=Path.cwd())
+        if args is not None:        # -p no:NAME, as pytest's own does
+            config.pluginmanager.consider_preparse(args, exclude_only=True)
+        return config
+    get_config.prepared = True
+    pytest_config.get_config = get_config
 
 
 GO = b"g"
@@ -162,6 +237,7 @@ def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
             os.environ.update(env)
         # The plugins are make grade's and no others (PYTEST_ENV).
         os.environ.update(PYTEST_ENV)
+        _start_from_prepared()
         code = int((entry or pytest.main)([*args, *QUIET]))
     except BaseException as e:          # noqa: BLE001 - the child's last word
         print(f"grader: the grading session failed: {e!r}", file=sys.stderr)
