@@ -175,6 +175,17 @@ def test_a_pytest_plugin_installed_beside_changes_no_grade(course, tmp_path):
     assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/13", res.stdout
 
 
+def session_args(course, out, *extra):
+    """pytest's arguments for a session forked here (forked.fork_session)
+    that grades `course`'s skeletons, writing into `out`."""
+    from grader.session import forked
+    return ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir",
+            str(course), *forked.PYTEST_FLAGS, str(course / "grader/lessons"),
+            "--course-root", str(course), "--src", str(course / "skeletons"),
+            "--transcripts", str(out / "t"),
+            "--results", str(out / "results.json"), *extra]
+
+
 def test_a_gated_session_runs_no_test_until_told(course, tmp_path):
     """A session the warm grader forks starts at once and waits at its
     gate, after collection, for the grader's word that no grader file
@@ -184,12 +195,7 @@ def test_a_gated_session_runs_no_test_until_told(course, tmp_path):
     for go in (True, False):
         out = tmp_path / ("go" if go else "closed")
         out.mkdir()
-        args = ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir",
-                str(course), *forked.PYTEST_FLAGS,
-                str(course / "grader/lessons"),
-                "--course-root", str(course), "--src",
-                str(course / "skeletons"), "--transcripts", str(out / "t"),
-                "--results", str(out / "results.json")]
+        args = session_args(course, out)
         gate_r, gate_w = os.pipe()
         pid = forked.fork_session(args, cwd=course, log=out / "log",
                                   gate=gate_r, closing=[gate_w])
@@ -250,12 +256,7 @@ def test_a_session_from_the_prepared_configuration_grades_the_same(course, tmp_p
     def run(name, prepared, *extra):
         out = tmp_path / name
         out.mkdir()
-        args = ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir",
-                str(course), *forked.PYTEST_FLAGS,
-                str(course / "grader/lessons"),
-                "--course-root", str(course), "--src",
-                str(course / "skeletons"), "--transcripts", str(out / "t"),
-                "--results", str(out / "results.json"), *extra]
+        args = session_args(course, out, *extra)
 
         def entry(a):
             import pytest
