@@ -168,11 +168,15 @@ def main(argv):
         where = [str(COURSE / "vm-setup" / "with-rxe")] if device else []
         # Where a device is, through the warm grader when a warm VM runs
         # one (grader/session/client.c falls back to pytest itself).
+        # The client's session gets the plugins' environment (PYTEST_ENV)
+        # from the warm grader or, the cold way, from shards.main: no `env`
+        # before it (a program's start is some 0.1 s under emulation).
         runner = ([str(grader_program(COURSE, "session/client.c")),
                    sys.executable, "--"]
                   if device and args.hosts != "2" else
-                  [sys.executable, "-m", "pytest"])
-        cmd = ["env", *(f"{k}={v}" for k, v in PYTEST_ENV.items()), *runner,
+                  ["env", *(f"{k}={v}" for k, v in PYTEST_ENV.items()),
+                   sys.executable, "-m", "pytest"])
+        cmd = [*runner,
                *pytest_args(src, out / "results.json", lesson=args.lesson,
                             junit=out / "junit.xml" if args.junit else None),
                f"--status={COURSE / '.grade' / 'status.json'}"]

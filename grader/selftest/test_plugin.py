@@ -121,12 +121,14 @@ def course(tmp_path_factory):
     return root
 
 
-def grade(course, *args, src=None, path=(), autoload=False):
+def grade(course, *args, src=None, path=(), autoload=False, cold=False):
     """A grading of `course` as make grade's (grade.py's flags and
     environment); `path`: more of PYTHONPATH; `autoload`: without
-    PYTEST_DISABLE_PLUGIN_AUTOLOAD."""
+    PYTEST_DISABLE_PLUGIN_AUTOLOAD; `cold`: as client.c's cold way runs it
+    (`python3 -m grader.session.shards --`, no PYTEST_ENV given)."""
     from grader.session.forked import AUTOLOAD, PYTEST_ENV, PYTEST_FLAGS
-    cmd = [sys.executable, "-m", "pytest", "-c", str(COURSE / "grader/pytest.ini"),
+    runner = ["grader.session.shards", "--"] if cold else ["pytest"]
+    cmd = [sys.executable, "-m", *runner, "-c", str(COURSE / "grader/pytest.ini"),
            "--rootdir", str(course), *PYTEST_FLAGS,
            str(course / "grader/lessons"),
            "--course-root", str(course), "--src", str(src or course / "skeletons"),
@@ -135,6 +137,9 @@ def grade(course, *args, src=None, path=(), autoload=False):
     env.update(PYTEST_ENV)
     if autoload:
         del env[AUTOLOAD]
+    if cold:
+        for name in PYTEST_ENV:
+            del env[name]
     return subprocess.run(cmd, cwd=course, env=env, capture_output=True,
                           text=True, timeout=300)
 
@@ -157,7 +162,9 @@ def test_a_pytest_plugin_installed_beside_changes_no_grade(course, tmp_path):
     """A grading loads the plugins make grade names and no other: a pytest
     plugin installed on the machine (an entry point; here one that would
     end every session) is not loaded. Without grade.py's environment it
-    would be: the control run shows the plant works."""
+    would be: the control run shows the plant works. The same the cold way
+    of a device's grading (client.c runs grader.session.shards, which sets
+    that environment itself)."""
     site = tmp_path / "site"
     info = site / "planted-1.0.dist-info"
     info.mkdir(parents=True)
@@ -170,9 +177,11 @@ def test_a_pytest_plugin_installed_beside_changes_no_grade(course, tmp_path):
         "    raise SystemExit('the planted plugin was loaded')\n")
     control = grade(course, path=[site], autoload=True)
     assert control.returncode != 0 and "planted_plugin" in control.stderr
-    res = grade(course, path=[site])
-    assert "planted" not in res.stdout + res.stderr
-    assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/13", res.stdout
+    for cold in (False, True):
+        res = grade(course, path=[site], cold=cold)
+        assert "planted" not in res.stdout + res.stderr
+        assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/13", \
+            res.stdout + res.stderr
 
 
 def session_args(course, out, *extra):

@@ -365,6 +365,9 @@ def run(args):
 def main(argv):
     if argv[:1] == ["--"]:
         argv = argv[1:]
+    # The plugins are make grade's and no others, as in a session the warm
+    # grader forks (forked.PYTEST_ENV): client.c's cold way comes here.
+    os.environ.update(forked.PYTEST_ENV)
     return run(argv)
 
 
