@@ -85,6 +85,21 @@ def _drain(path, pos, out, lines=None):
     return pos + len(data)
 
 
+def _status(job):
+    """The job's exit status once host B wrote it, else None. B writes rc
+    in place (stage2.sh): an empty one is still being written."""
+    try:
+        text = (job / "rc").read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return 1
+
+
 def follow(job, deadline_after_kill=10):
     """Stream the job's output until its rc appears; return the rc."""
     pos = {"stdout": 0, "stderr": 0}
@@ -99,17 +114,14 @@ def follow(job, deadline_after_kill=10):
     signal.signal(signal.SIGINT, on_signal)
     last_lease = 0.0
     while True:
-        done = (job / "rc").exists()
+        rc = _status(job)
         pos["stdout"] = _drain(job / "stdout", pos["stdout"], outs["stdout"],
                                lambda line: kernel.answer(job, line))
         pos["stderr"] = _drain(job / "stderr", pos["stderr"], outs["stderr"])
-        if done:
+        if rc is not None:
             # A last line without its newline.
             _drain(job / "stdout", pos["stdout"], outs["stdout"])
-            try:
-                return int((job / "rc").read_text().strip() or 1)
-            except ValueError:
-                return 1
+            return rc
         now = time.monotonic()
         if now - last_lease >= LEASE:
             os.utime(job / "lease")

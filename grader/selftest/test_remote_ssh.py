@@ -4,7 +4,9 @@ here and a stand-in checkout of B whose vm-setup/with-rxe picks B's own
 device: the command's output, exit status, working directory and paths
 reach B's checkout, B's device settings are B's (A's never cross), the
 reference peer's QP question is answered into B's job directory, and a
-killed grader ends the command on B. No sshd, no device."""
+killed grader ends the command on B. No sshd, no device. And host B as
+the pair's other micro-VM (JOBS a job directory, stage2.sh's side played
+here): its status, written in place, is read once it is there."""
 
 import os
 import signal
@@ -126,3 +128,30 @@ def test_a_bad_destination_is_named():
         timeout=30)
     assert res.returncode != 0
     assert "no host in ssh://:22/x" in res.stderr
+
+
+def test_a_status_written_in_place_is_read_once_it_is_there(tmp_path):
+    """Host B of a pair (stage2.sh) writes the job's rc in place: remote.py
+    reads an empty rc as one being written, not as a failure, and exits
+    with the status once it is there, after all of the job's output."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    proc = subprocess.Popen([*REMOTE, str(jobs), "--", "true"],
+                            cwd=COURSE / "grader", stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not list(jobs.glob("*/go")):
+        assert time.monotonic() < deadline, "no job was submitted"
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    job = next(jobs.glob("*/go")).parent
+    (job / "stdout").write_bytes(b"one\n")
+    (job / "stderr").write_bytes(b"")
+    (job / "rc").write_text("")
+    time.sleep(0.5)
+    assert proc.poll() is None, "an empty rc ended it: " + repr(
+        proc.communicate())
+    (job / "stdout").write_bytes(b"one\ntwo")
+    (job / "rc").write_text("3\n")
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (3, b"one\ntwo"), err
