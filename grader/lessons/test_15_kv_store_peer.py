@@ -53,8 +53,8 @@ from grader.evidence.interpose import Spy, build_interposer, parse_int
 from grader.evidence.trusted import kvcheck
 from grader.core.harness import owner_problem
 from grader.evidence.trusted.run import (REMOTE, expect_peer_ok, host,
-                                         peer_host, rand_between, start_peer,
-                                         verdict)
+                                         peer_host, peer_result, rand_between,
+                                         start_peer, verdict)
 
 CLIENT, SERVER = "kv_client", "kv_server"
 KV = Path(__file__).resolve().parent.parent / "evidence/trusted/kv.py"
@@ -539,9 +539,17 @@ def client_bench_run(build, rdma):
                              ready=None) as cli:
                 pid = cli.proc.pid
                 res = cli.wait(timeout=120)
-            rv = verdict(rcli, timeout=20 if res.returncode == 0 else 3,
-                         other=res)
-        v = verdict(ref, timeout=20 if res.returncode == 0 else 3, other=res)
+            failed = res.returncode != 0 or res.timed_out
+            if failed:
+                # The reference server's record first, whatever the
+                # reference client does: it says whether the client's
+                # READs began (reads_began()). The server sees the
+                # client's TCP connection close within 0.2 s and ends.
+                v, rv = peer_result(ref.wait(timeout=20)) or {}, {}
+            else:
+                rv = verdict(rcli, timeout=20, other=res)
+        if not failed:
+            v = verdict(ref, timeout=20, other=res)
     delta = rdma.counters() - before
     mine = next((c for c in v.get("clients") or ()
                  if (c.get("remote_qp") or {}).get("pid") == pid), None)

@@ -86,16 +86,25 @@ def start_client(lesson, *opts, timeout=PEER_START):
     return start_peer(peer_cmd(lesson, "client", *opts), timeout=timeout)
 
 
-def verdict(proc, timeout=PEER_START, other=None):
-    """Wait for the peer; its `peer-result` as a dict (`_cmd`: the peer's
-    command line, for messages). `other`: the Result of the program under
-    test, when it has ended (shown if the peer has no verdict)."""
-    res = proc.wait(timeout=timeout)
+def peer_result(res):
+    """The `peer-result` line of a peer that has ended (its Result) as a
+    dict (`_cmd`: the peer's command line, for messages), or None."""
     for line in res.stdout.splitlines():
         if line.startswith("peer-result "):
             out = json.loads(line.split(" ", 1)[1])
             out["_cmd"] = res.command
             return out
+    return None
+
+
+def verdict(proc, timeout=PEER_START, other=None):
+    """Wait for the peer; its `peer-result` as a dict (`_cmd`: the peer's
+    command line, for messages). `other`: the Result of the program under
+    test, when it has ended (shown if the peer has no verdict)."""
+    res = proc.wait(timeout=timeout)
+    out = peer_result(res)
+    if out is not None:
+        return out
     if other is not None:
         raise GradeFailure(f"the program {other.status()} before the "
                            f"reference peer could finish the protocol with "
