@@ -70,6 +70,15 @@ START = "60"
 # lesson 12's clients wait for each other. Also how long a client that
 # drops every reply (the skeleton) makes the run last.
 CLIENT_BENCH_T = "30"
+# How long a reference server that benchmarks waits with no request from
+# its connected clients (kv.py --idle-timeout): their GETs are READs it
+# never sees, so it hears nothing from them until their BYEs. A bound for
+# a hang, as long as the grader's own wait for a benchmarking client (120
+# s): with --timeout's 10 s, a loaded host's 3000-5000 GETs outlasted it
+# and the server ended, its table deregistered under the clients' READs
+# ('no MR matches rkey' in rxe, 'remote access error' for the client:
+# fresh-clone make tests on a slow host lost 4 points in every run).
+BENCH_IDLE = "120"
 BUCKET = 512
 QPN = re.compile(r"^local: .* qpn 0x([0-9a-f]+) ", re.M)
 RDMA_READ, SEND = 4, 2                  # enum ibv_wr_opcode
@@ -468,11 +477,14 @@ def ref_bench(rdma, n, server_host, server_port, here=False):
 
 def twice(run):
     """run() once more when it failed in its READs: a benchmark's
-    thousands of READs on a loaded emulated host. rxe has ended such a
-    run between two correct peers in a completion error: 'remote access
-    error' on a READ of the advertised table with the advertised rkey
-    (the solution's client, fresh-clone make test run 31), 'transport
-    retry counter exceeded' (the reference client's baseline). A run is
+    thousands of READs on a loaded emulated host. Such runs between two
+    correct peers have ended in a completion error: 'remote access error'
+    on a READ of the advertised table with the advertised rkey (the
+    solution's client, fresh-clone make test run 31), 'transport retry
+    counter exceeded' (the reference client's baseline). Both were the
+    reference server giving up after 10 s without a request while the
+    clients READ (BENCH_IDLE now); the second run stays for what else a
+    loaded host may do to thousands of READs. A run is
     run again only when its failure is marked `again` (graded evidence
     that the READs had begun, reads_began()). A program whose READs are
     wrong fails both runs; the second run's is the grade, with the
@@ -527,8 +539,8 @@ def client_bench_run(build, rdma):
     preload = [f"--preload=key{i}={'v' * 32}" for i in range(BENCH_KEYS)]
     before = rdma.counters()
     with kv_server("--clients", 2, "--buckets", 64, "--timeout", T,
-                   "--start-timeout", START, "--bench-stop", *preload,
-                   here=True) as ref:
+                   "--idle-timeout", BENCH_IDLE, "--start-timeout", START,
+                   "--bench-stop", *preload, here=True) as ref:
         with kv_client("--host", host(rdma), "--port", ref.port,
                        "--until-stop", "--bench-keys", BENCH_KEYS,
                        "--timeout", T, "--start-timeout", START,
@@ -602,8 +614,9 @@ def reference_round(rdma, n):
     """The reference client's benchmark on the reference server: the
     grader's own baseline, with nothing of the student's in it."""
     try:
-        with kv_server("--buckets", 64, "--timeout", T, "--start-timeout",
-                       START, here=True) as rs:
+        with kv_server("--buckets", 64, "--timeout", T, "--idle-timeout",
+                       BENCH_IDLE, "--start-timeout", START,
+                       here=True) as rs:
             out = ref_bench(rdma, n, host(rdma), rs.port, here=True)
             verdict(rs, timeout=20)
     except GradeFailure as err:
