@@ -25,10 +25,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 
-# The warm VM is taken for wedged when its heartbeat is 10 s old: at load
-# 15 a solution's grading ended so ('the warm VM stopped before the
-# command finished', exit 125) and its row was lost.
-export RXE_VM_WEDGED=${RXE_VM_WEDGED:-60}
 out=$(mktemp -d)
 trap 'rm -rf "$out"; vm-setup/microvm/run.sh --down >/dev/null 2>&1' EXIT
 rc=0
