@@ -13,8 +13,10 @@ setup_file() {
 setup() {
 	load helpers
 	export BATS_LIB_PATH=/usr/lib/bats
-	# A hung test fails in minutes, not at the VM's default half hour.
-	export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-300}
+	# A hung test fails in minutes, not at the VM's default half hour,
+	# and before BATS_TEST_TIMEOUT (600 s) stops the test unnamed. The
+	# pair's make grade HOSTS=2 took 160-170 s whole on a slow host.
+	export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-450}
 }
 
 # await_prompt PROMPT - read the coprocess VM's output until PROMPT and

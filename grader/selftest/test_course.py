@@ -140,7 +140,7 @@ def tree_grade(request, tree, lesson):
 
 # Grading a whole tree happens in the first of these tests' setup.
 @pytest.mark.instructor
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(2700)
 @pytest.mark.parametrize("lesson", graded(LESSONS))
 def test_solution_reaches_full_marks(lesson, request):
     per, out = tree_grade(request, "solutions", lesson)
@@ -181,7 +181,7 @@ def lesson_block(out, name):
     return "\n".join(block) or out
 
 
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(2700)
 @pytest.mark.parametrize("lesson", graded(EXERCISES))
 def test_skeleton_does_not_reach_full_marks(lesson, request):
     per, out = tree_grade(request, "skeletons", lesson)
