@@ -11,18 +11,13 @@ qp_info and the two syncs.
 import pytest
 
 from grader import GradeFailure, expect, expect_line, points
-from grader.evidence.trusted.run import (T_ACCEPT, client_vs_peer, expect_own_traffic,
-                                expect_owner, expect_peer_ok, rand_between,
-                                server_vs_peer)
+from grader.evidence.trusted.run import (T_ACCEPT, T_CLIENT, client_vs_peer,
+                                         expect_own_traffic, expect_owner,
+                                         expect_peer_ok, rand_between,
+                                         server_vs_peer)
 
 PROG = "pingpong"
 T = "10"
-# The program's -t as the reference server's client: its waits include the
-# server's own work between its replies (its QP made after the accept, the
-# kernel asked who owns the program's QP before 'R'), which took over 10 s
-# in a loaded fresh-clone make test ('out-of-band receive timed out after
-# 10 s', run 42). A bound for a hang, as T_ACCEPT is for the server.
-T_CLIENT = T_ACCEPT
 
 
 def _args(iters, size, t=T):

@@ -17,7 +17,7 @@ import pytest
 from grader import expect, points
 from grader.evidence import wire
 from grader.evidence.trusted import patterns
-from grader.evidence.trusted.run import (T_ACCEPT, client_vs_peer,
+from grader.evidence.trusted.run import (T_ACCEPT, T_CLIENT, client_vs_peer,
                                          rand_between, server_vs_peer)
 
 pytestmark = pytest.mark.wire
@@ -31,7 +31,7 @@ def _run(build, rdma, as_client):
     iters, size = rand_between(8, 16), rand_between(600, 2000)
     peer = ["--iters", iters, "--size", size, "--timeout", T]
     # a server's -t includes the reference client's start on host B
-    args = ["-n", iters, "-s", size, "-t", T if as_client else T_ACCEPT]
+    args = ["-n", iters, "-s", size, "-t", T_CLIENT if as_client else T_ACCEPT]
     mark = cap.mark()
     if as_client:
         res, pid, v = client_vs_peer(build, rdma, "05", PROG, peer, args)

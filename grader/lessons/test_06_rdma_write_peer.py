@@ -16,8 +16,9 @@
 import pytest
 
 from grader import GradeFailure, expect, expect_line, points
-from grader.evidence.trusted.run import (T_ACCEPT, client_vs_peer, expect_owner, expect_peer_ok,
-                                rand_between, server_vs_peer)
+from grader.evidence.trusted.run import (T_ACCEPT, T_CLIENT, client_vs_peer,
+                                         expect_owner, expect_peer_ok,
+                                         rand_between, server_vs_peer)
 
 PROG = "rdma_write"
 T = "10"
@@ -33,7 +34,7 @@ def as_client(build, rdma):
     return client_vs_peer(build, rdma, "06", PROG,
                           ["--size", size, "--timeout", T,
                            "--accept-timeout", T_ACCEPT],
-                          ["-s", size, "-t", T]) + (size,)
+                          ["-s", size, "-t", T_CLIENT]) + (size,)
 
 
 @pytest.fixture(scope="module")

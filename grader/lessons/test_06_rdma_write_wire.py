@@ -23,7 +23,7 @@ import pytest
 from grader import GradeFailure, expect, points
 from grader.evidence import wire
 from grader.evidence.trusted import patterns
-from grader.evidence.trusted.run import client_vs_peer, rand_between
+from grader.evidence.trusted.run import T_CLIENT, client_vs_peer, rand_between
 
 pytestmark = pytest.mark.wire
 
@@ -40,7 +40,7 @@ def on_wire(build, rdma):
     mark = cap.mark()
     res, pid, v = client_vs_peer(build, rdma, "06", PROG,
                                  ["--size", size, "--timeout", T],
-                                 ["-s", size, "-t", T])
+                                 ["-s", size, "-t", T_CLIENT])
     return res, v, cap.since(mark), size
 
 

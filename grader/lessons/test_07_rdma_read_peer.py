@@ -14,8 +14,9 @@
 import pytest
 
 from grader import GradeFailure, expect_line, points
-from grader.evidence.trusted.run import (T_ACCEPT, client_vs_peer, expect_owner, expect_peer_ok,
-                                rand_between, server_vs_peer)
+from grader.evidence.trusted.run import (T_ACCEPT, T_CLIENT, client_vs_peer,
+                                         expect_owner, expect_peer_ok,
+                                         rand_between, server_vs_peer)
 
 PROG = "rdma_read"
 T = "10"
@@ -33,7 +34,7 @@ def as_client(build, rdma):
                           ["--size", size, "--timeout", T,
                            "--accept-timeout", T_ACCEPT,
                            "--corrupt-offset", off],
-                          ["-s", size, "-t", T]) + (size,)
+                          ["-s", size, "-t", T_CLIENT]) + (size,)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import pytest
 from grader import GradeFailure, expect, points
 from grader.evidence import wire
 from grader.evidence.trusted import patterns
-from grader.evidence.trusted.run import (T_ACCEPT, client_vs_peer,
+from grader.evidence.trusted.run import (T_ACCEPT, T_CLIENT, client_vs_peer,
                                          rand_between, server_vs_peer)
 
 pytestmark = pytest.mark.wire
@@ -44,7 +44,7 @@ def client_on_wire(build, rdma):
     res, pid, v = client_vs_peer(build, rdma, "07", PROG,
                                  ["--size", size, "--timeout", T,
                                   "--corrupt-offset", off],
-                                 ["-s", size, "-t", T])
+                                 ["-s", size, "-t", T_CLIENT])
     return res, v, cap.since(mark), size, off
 
 

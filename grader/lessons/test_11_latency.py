@@ -41,9 +41,9 @@ import pytest
 
 from grader import GradeFailure, expect, expect_match, points
 from grader.session import pairs
-from grader.evidence.trusted.run import (UDP_ECHO, after, expect_owner,
-                                         expect_peer_ok, peer_host,
-                                         rand_between, start_peer,
+from grader.evidence.trusted.run import (T_CLIENT, UDP_ECHO, after,
+                                         expect_owner, expect_peer_ok,
+                                         peer_host, rand_between, start_peer,
                                          start_server, verdict)
 
 PROG = "latency"
@@ -256,8 +256,8 @@ def holds(iters):
 def test_rdma_reference_server(build, rdma):
     iters = rand_between(30, 50)
     size = rand_between(16, 1024)
-    args = ["--rdma", "-s", size, "-n", iters, "--warmup", WARMUP, "-t", T,
-            "--csv", CSV]
+    args = ["--rdma", "-s", size, "-n", iters, "--warmup", WARMUP, "-t",
+            T_CLIENT, "--csv", CSV]
     with start_server("11", "--size", size, "--iters", WARMUP + iters,
                       "--warmup", WARMUP, "--holds", holds(iters),
                       "--timeout", T, "--accept-timeout", T_ACCEPT) as peer:

@@ -65,9 +65,14 @@ def _spawn(argv, env, cwd):
 # over 40 s seen on 2 loaded cores); T_ACCEPT, a server's wait for its
 # client to connect, which includes the client's start: the program's -t
 # when it serves the reference client, the reference server's
-# --accept-timeout when the program's client may start late.
+# --accept-timeout when the program's client may start late; T_CLIENT, the
+# program's -t as the reference server's client: its waits include the
+# server's own work between replies (its QP made after the accept, the
+# kernel asked who owns the program's QP before 'R'), over 10 s in a loaded
+# fresh-clone make test (run 42). client_vs_peer's own 30 s wait ends first.
 PEER_START = 120
 T_ACCEPT = "60"
+T_CLIENT = T_ACCEPT
 
 
 def start_peer(cmd, ready=None, timeout=PEER_START):
