@@ -60,15 +60,23 @@ def kill_tree(pid):
             pass
 
 
+def signal_cgroup(cg):
+    """SIGKILL everything in the cgroup `cg` (a directory) and below it,
+    without waiting; False when it cannot."""
+    try:
+        (Path(cg) / "cgroup.kill").write_text("1")
+        return True
+    except OSError:
+        return False
+
+
 def kill_cgroup(cg, timeout=10):
     """Kill everything in the cgroup `cg` (a directory) and remove it with
     its children; False when it would not go within `timeout` s."""
     cg = Path(cg)
     if not cg.is_dir():
         return True
-    try:
-        (cg / "cgroup.kill").write_text("1")
-    except OSError:
+    if not signal_cgroup(cg):
         return False
     deadline = time.monotonic() + timeout
     for sub in sorted((p for p in cg.rglob("*") if p.is_dir()),

@@ -873,3 +873,34 @@ def test_first_loss_ends_a_lesson_at_its_first_lost_point(tmp_path):
     assert res.stdout.rstrip().splitlines()[-1] == "Score: 3/6", res.stdout
     assert sorted(p.name for p in ran.iterdir()) == ["94b", "94c"]
     assert "not checked (skipped: --first-loss" in res.stdout, res.stdout
+
+
+def test_fixtures_are_looked_for_once_in_what_the_warm_process_has():
+    """forked.scan_fixtures: parsefactories goes through only the names of
+    a scanned holder that held a fixture, and through every name of one
+    that changed since (a fixture added) or was never scanned."""
+    import types
+
+    import pytest
+    from _pytest import fixtures
+    from grader.session import forked
+
+    m = types.ModuleType("test_scanned_once")
+
+    @pytest.fixture
+    def given():
+        return 1
+
+    m.given, m.number, m.helper = given, 3, lambda: 0
+    forked.scan_fixtures([m])
+    assert fixtures.dir(m) == ["given"]
+
+    @pytest.fixture
+    def later():
+        return 2
+
+    m.later = later
+    assert fixtures.dir(m) == dir(m) and "later" in fixtures.dir(m)
+    other = types.ModuleType("test_never_scanned")
+    other.given = given
+    assert fixtures.dir(other) == dir(other)
