@@ -15,9 +15,9 @@ rdma_cm through pyverbs.cmid).
 import pytest
 
 from grader import GradeFailure, expect_line, points
-from grader.evidence.trusted.run import (T_ACCEPT, T_CLIENT, after,
-                                         expect_owner, expect_peer_ok,
-                                         peer_host, rand_between, start_client,
+from grader.evidence.trusted.run import (T_ACCEPT, after, expect_owner,
+                                         expect_peer_ok, peer_host,
+                                         rand_between, start_client,
                                          start_server, verdict)
 
 SERVER, CLIENT = "cm_server", "cm_client"
@@ -33,7 +33,7 @@ def as_client(build, rdma):
     size = _size()
     with start_server("08", "--host", peer_host(rdma), "--size", size,
                       "--timeout", T) as peer:
-        with build.start(CLIENT, "-p", peer.port, "-t", T_CLIENT, "-s", size,
+        with build.start(CLIENT, "-p", peer.port, "-t", T, "-s", size,
                          peer_host(rdma), ready=None) as cli:
             pid = cli.proc.pid
             res = cli.wait()

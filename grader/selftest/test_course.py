@@ -80,6 +80,26 @@ def test_lesson_is_complete(lesson):
             "skeleton and solution must have the same files"
 
 
+def test_a_client_of_a_reference_server_gives_up_before_the_grader_does():
+    """T_CLIENT (trusted/run.py), the program's -t against a reference
+    server, stays 10 s below the grader's wait for each lesson's programs
+    that use it (lesson.toml's timeout): a client left waiting ends by
+    itself, a clean failure, not a hang that cuts its lesson's later waits
+    (fresh-clone run 43: -t 60 against a wait of 60 s)."""
+    from grader.core.harness import DEFAULT_TIMEOUT
+    from grader.evidence.trusted.run import T_CLIENT
+    imports = r"^from grader\.evidence\.trusted\.run import (\([^)]*\)|.*)"
+    users = {f.name[5:7] for f in (COURSE / "grader/lessons").glob("test_*.py")
+             if any(re.search(r"\bT_CLIENT\b", m.group(1))
+                    for m in re.finditer(imports, f.read_text(), re.M))}
+    assert users, "no lesson uses T_CLIENT"
+    for lesson in LESSONS:
+        if lesson.name[:2] in users:
+            wait = int(meta(lesson).get("timeout", DEFAULT_TIMEOUT))
+            assert int(T_CLIENT) + 10 <= wait, \
+                f"{lesson.name}: -t {T_CLIENT} against a wait of {wait} s"
+
+
 @pytest.mark.parametrize("lesson", EXERCISES, ids=ex_ids)
 def test_skeleton_has_numbered_todos(lesson):
     numbers = [n for name in sources("skeletons", lesson)
