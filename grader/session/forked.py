@@ -305,24 +305,26 @@ def end_session(pid, cgroup=None):
     clear_session(pid, cgroup)
 
 
+def _cgroups(pid, cgroup):
+    """The session's cgroup (when it has one) and its sandbox's."""
+    root = procs.cgroup2_root()
+    return [cg for cg in (cgroup, root / f"rdma-grade.{pid}" if root else None)
+            if cg is not None]
+
+
 def stop_session(pid, cgroup=None):
     """The first half of end_session(): a SIGKILL to every process of the
     session `pid` (its process tree, its cgroup, its sandbox's cgroup)."""
     procs.kill_tree(pid)
-    root = procs.cgroup2_root()
-    for cg in (cgroup, root / f"rdma-grade.{pid}" if root else None):
-        if cg is not None:
-            procs.signal_cgroup(cg)
+    for cg in _cgroups(pid, cgroup):
+        procs.signal_cgroup(cg)
 
 
 def clear_session(pid, cgroup=None):
     """The rest of end_session(): its cgroups removed once their processes
     are gone, its sandbox's mount namespace and scratch."""
-    if cgroup is not None:
-        procs.kill_cgroup(cgroup)
-    root = procs.cgroup2_root()
-    if root is not None:
-        procs.kill_cgroup(root / f"rdma-grade.{pid}")
+    for cg in _cgroups(pid, cgroup):
+        procs.kill_cgroup(cg)
     ns = STATE / f"mnt.{pid}"
     if ns.exists():
         subprocess.run(["umount", str(ns)], capture_output=True)
