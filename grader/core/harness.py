@@ -179,12 +179,18 @@ class Result:
         # When killed asleep with nothing open (Proc._idle): the seconds
         # it slept so; else None.
         self.idle = None
+        # When stopped because its run had been decided without it
+        # (Proc.wait's stop_when): why; else None. Not a hang.
+        self.stopped = None
 
     @property
     def command(self):
         return " ".join(shlex.quote(str(c)) for c in self.cmd)
 
     def status(self):
+        if self.stopped:
+            return (f"stopped by the grader after {self.duration:.1f} s, "
+                    f"still running: {self.stopped}")
         if self.timed_out:
             # Killed by the grader's own limit, not the program's -t: say so.
             if self.hung_after_output:
@@ -228,7 +234,7 @@ class Result:
         """Fail unless the command exited non-zero (with `code` if given)
         on its own: a crash or a timeout is not a clean failure."""
         head = f"{what}: " if what else ""
-        if self.timed_out or self.signal:
+        if self.timed_out or self.signal or self.stopped:
             raise GradeFailure(f"{head}expected a clean non-zero exit, got: "
                                f"{self.status()}\n{self.describe()}")
         if code is None and self.returncode == 0:
@@ -527,16 +533,24 @@ class Proc:
                f"it {res.status()} before printing a line matching /{regex}/")
         raise GradeFailure(f"{shlex.join(self.cmd)}: {why}\n{res.describe()}")
 
-    def wait(self, timeout=None, waited=None):
+    def wait(self, timeout=None, waited=None, stop_when=None):
         """Wait for exit (killing the group at the deadline); the Result.
         `waited`: the seconds to report when it is killed, when the caller
-        has waited for it already (timeout 0: kill it now)."""
+        has waited for it already (timeout 0: kill it now). `stop_when`:
+        called every IDLE_STEP seconds while the program runs; once it
+        returns a reason (its run has been decided without it: a
+        reference peer has failed it already), the program is stopped
+        then, its Result's `stopped` that reason: not a hang, the
+        lesson's later waits keep theirs."""
         if self.result:
             return self.result
         timeout = capped(self.timeout if timeout is None else timeout)
         timed_out = False
-        killed_after = self._wait_exit(timeout)
-        if killed_after is not None:
+        killed_after = self._wait_exit(timeout, stop_when)
+        stopped = None
+        if isinstance(killed_after, str):
+            stopped, killed_after = killed_after, None
+        elif killed_after is not None:
             timed_out = True
             _killed()
         # Whatever the program left behind in its group goes too.
@@ -562,6 +576,7 @@ class Proc:
                              final=self.final)
         if self.idle_kill is not None:
             self.result.idle = self.idle_kill[1]
+        self.result.stopped = stopped
         usage = getattr(self.proc, "rusage", None)
         if usage is not None:
             self.result.cpu = (usage.ru_utime, usage.ru_stime)
@@ -574,17 +589,18 @@ class Proc:
             self.on_result(self.result)
         return self.result
 
-    def _wait_exit(self, timeout):
+    def _wait_exit(self, timeout, stop_when=None):
         """Wait up to `timeout` seconds for the program to exit; None when
-        it did, else the seconds waited. A program whose last line is its
-        final line (`final`) and that has printed nothing for FINAL_GRACE
-        seconds since is not waited for any longer: it hung in cleanup."""
+        it did, else the seconds waited (or stop_when's reason, a str). A
+        program whose last line is its final line (`final`) and that has
+        printed nothing for FINAL_GRACE seconds since is not waited for
+        any longer: it hung in cleanup."""
         start = time.monotonic()
         deadline = start + max(timeout, 0)
         while True:
             now = time.monotonic()
             step = deadline - now
-            if self.final or self.watch_idle:
+            if self.final or self.watch_idle or stop_when:
                 step = min(step, IDLE_STEP)
             try:
                 self.proc.wait(timeout=max(step, 0))
@@ -599,6 +615,9 @@ class Proc:
                 return round(now - start)
             if self._idle(now):
                 return self.idle_kill[0]
+            why = stop_when() if stop_when else None
+            if why:
+                return str(why)
 
     def _idle(self, now):
         """Is the program hung, waiting for nothing? True (and `idle_kill`

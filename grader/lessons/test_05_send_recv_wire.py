@@ -34,9 +34,11 @@ def _run(build, rdma, as_client):
     args = ["-n", iters, "-s", size, "-t", T_CLIENT if as_client else T_ACCEPT]
     mark = cap.mark()
     if as_client:
-        res, pid, v = client_vs_peer(build, rdma, "05", PROG, peer, args)
+        res, pid, v = client_vs_peer(build, rdma, "05", PROG, peer, args,
+                                     decided=False)
     else:
-        res, pid, v = server_vs_peer(build, rdma, "05", PROG, args, peer)
+        res, pid, v = server_vs_peer(build, rdma, "05", PROG, args, peer,
+                                     decided=False)
     return res, v, cap.since(mark), iters, size
 
 

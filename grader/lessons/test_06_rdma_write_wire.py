@@ -40,7 +40,7 @@ def on_wire(build, rdma):
     mark = cap.mark()
     res, pid, v = client_vs_peer(build, rdma, "06", PROG,
                                  ["--size", size, "--timeout", T],
-                                 ["-s", size, "-t", T_CLIENT])
+                                 ["-s", size, "-t", T_CLIENT], decided=False)
     return res, v, cap.since(mark), size
 
 

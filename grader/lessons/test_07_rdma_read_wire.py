@@ -44,7 +44,7 @@ def client_on_wire(build, rdma):
     res, pid, v = client_vs_peer(build, rdma, "07", PROG,
                                  ["--size", size, "--timeout", T,
                                   "--corrupt-offset", off],
-                                 ["-s", size, "-t", T_CLIENT])
+                                 ["-s", size, "-t", T_CLIENT], decided=False)
     return res, v, cap.since(mark), size, off
 
 
@@ -56,7 +56,8 @@ def server_on_wire(build, rdma):
     # the server's -t includes the reference client's start on host B
     res, pid, v = server_vs_peer(build, rdma, "07", PROG,
                                  ["-s", size, "-t", T_ACCEPT],
-                                 ["--size", size, "--timeout", T])
+                                 ["--size", size, "--timeout", T],
+                                 decided=False)
     return res, v, cap.since(mark), size
 
 

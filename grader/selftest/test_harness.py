@@ -177,6 +177,35 @@ def test_the_wait_limit_caps_every_wait_then_more_after_a_kill(badprogs, tmp_pat
     assert harness.capped(60) == 60         # lifted
 
 
+def test_a_program_whose_run_was_decided_is_stopped_not_hung(badprogs):
+    # stop_when (a reference peer has failed the run already): the program
+    # is stopped at once, its Result says why, and it is no hang: the
+    # lesson's later waits keep theirs (a kill would have cut them to 1 s).
+    harness.limit_waits(each=30, then=1)
+    try:
+        t0 = time.monotonic()
+        with harness.start([badprogs["hang"]], timeout=60) as p:
+            res = p.wait(stop_when=lambda: "decided" if
+                         time.monotonic() - t0 > 1 else None)
+        took = time.monotonic() - t0
+        assert harness.capped(60) == 30
+    finally:
+        harness.limit_waits()
+    assert 1 <= took < 20
+    assert res.stopped == "decided" and not res.timed_out
+    assert res.status().startswith("stopped by the grader after ")
+    assert res.status().endswith(" s, still running: decided")
+    for check in (res.ok, res.fails):
+        with pytest.raises(GradeFailure, match="still running: decided"):
+            check()
+    # A program that ends by itself is not stopped.
+    t1 = time.monotonic()
+    with harness.start(["true"], timeout=60) as p:
+        res = p.wait(stop_when=lambda: "decided" if
+                     time.monotonic() - t1 > 20 else None)
+    assert res.returncode == 0 and res.stopped is None
+
+
 def test_silence_after_the_final_line_is_a_hang_in_cleanup(monkeypatch):
     # A program that printed its final line (lesson.toml [final_line]) and
     # then stays silent for FINAL_GRACE is killed then, not at its timeout;

@@ -124,6 +124,21 @@ def verdict(proc, timeout=PEER_START, other=None):
                        f"it wait too long)\n{res.describe()}")
 
 
+def failed_already(peer):
+    """For Proc.wait(stop_when=...): once the reference peer has ended
+    with a verdict that fails the program whatever it does next - not ok,
+    and no corrupted message sent (a program must still report that one
+    itself) - why; else None. The program is then waiting for what the
+    peer will never send: waiting out its -t would only cost time (and
+    a kill would count as a hang)."""
+    if peer.proc.poll() is None:
+        return None
+    v = peer_result(peer.wait(timeout=5))
+    if v is None or v["ok"] or v.get("corrupted"):
+        return None
+    return f"the reference peer had ended, failing it: {v['error']}"
+
+
 def after(res):
     """How long the peer may still take once the program has ended: a
     moment to report, less when the program failed (it may never have
@@ -177,29 +192,41 @@ def peer_host(rdma):
     return rdma.peer_ip if rdma.peer_jobs else host(rdma)
 
 
-def client_vs_peer(build, rdma, lesson, prog, peer_opts, client_args):
+def _stop_when(peer, decided):
+    return (lambda: failed_already(peer)) if decided else None
+
+
+def client_vs_peer(build, rdma, lesson, prog, peer_opts, client_args,
+                   decided=True):
     """The program as the client of the reference server:
-    (client Result, client pid, the peer's verdict)."""
+    (client Result, client pid, the peer's verdict). `decided`: every
+    test of the run fails when the peer's verdict is not ok and it sent
+    no corrupted message (expect_peer_ok, or no `corrupted` to report):
+    the program is stopped once the peer has so ended (failed_already).
+    False when a test grades the program by other evidence too (the
+    wire): it gets its whole wait."""
     with start_server(lesson, *peer_opts) as peer:
         before = rdma.counters()
         with build.start(prog, "--port", peer.port, *client_args,
                          peer_host(rdma), ready=None) as client:
             pid = client.proc.pid
-            res = client.wait()
+            res = client.wait(stop_when=_stop_when(peer, decided))
         v = verdict(peer, timeout=after(res), other=res)
     v["_counters"] = rdma.counters() - before
     return res, pid, v
 
 
-def server_vs_peer(build, rdma, lesson, prog, server_args, peer_opts):
+def server_vs_peer(build, rdma, lesson, prog, server_args, peer_opts,
+                   decided=True):
     """The program as the server of the reference client:
-    (server Result, server pid, the peer's verdict)."""
+    (server Result, server pid, the peer's verdict); `decided`: see
+    client_vs_peer."""
     with build.start(prog, "--port", "0", *server_args) as server:
         pid = server.proc.pid
         before = rdma.counters()
         with start_client(lesson, "--host", host(rdma), "--port",
                           server.port, *peer_opts) as peer:
             v = verdict(peer)
-        res = server.wait(timeout=30)
+        res = server.wait(timeout=30, stop_when=_stop_when(peer, decided))
     v["_counters"] = rdma.counters() - before
     return res, pid, v
