@@ -11,10 +11,15 @@
 #      loses exactly the tests it fakes), its variants (the solution with
 #      every output line prefixed)
 #   3. on the linked pair, when the lesson has wire tests or is lesson 16:
-#      its solution graded with HOSTS=2 (full marks)
+#      its solution graded with HOSTS=2 (full marks), beside step 2 (both
+#      mostly wait for their programs and peers: together they took
+#      little more than step 2 alone); its output follows step 2's
 # Exit 0 only when every step passed. The whole course: make test.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
+# (--graded-in-vm NN: step 2's half inside the VM, below)
+in_vm=''
+[ "${1-}" = --graded-in-vm ] && in_vm=1 && shift
 [ $# = 1 ] || { echo "usage: grader/selftest/lesson-check.sh NN" >&2; exit 2; }
 num=$(printf '%02d' "$((10#${1%%-*}))" 2>/dev/null) || num=''
 name=$(basename "$(ls -d lessons/"$num"-* 2>/dev/null | head -n 1)")
@@ -49,6 +54,39 @@ grep -E '^ALL = ' grader/selftest/test_variants.py | grep -q "\"$num\"" && has_v
 device=true
 grep -Eq '^device *= *false' "lessons/$name/lesson.toml" 2>/dev/null && device=false
 
+# Step 2 in the VM: two pytest runs side by side, each on a device of its
+# own (its counters its own traffic): the solution, skeleton and variants on
+# the first, the mutants and cheats on the second. Each mostly waits for
+# its programs and peers: one after the other they took 129 s, side by
+# side 88 s. Their output follows in that order.
+if [ -n "$in_vm" ]; then
+	set -- $RDMA_DEVICES
+	logs=$(mktemp -d)
+	pids=() titles=() rc=0
+	on_device() {	# DEVICE TITLE PYTEST-ARG...: in the background
+		local dev gid ip nd
+		IFS=, read -r dev gid ip nd <<<"$1"
+		titles+=("$2")
+		(export RDMA_DEVICE=$dev RDMA_GID_INDEX=$gid RDMA_IP=$ip \
+			RDMA_NETDEV=$nd RDMA_DEVICES=$1
+		exec $PYTEST -q --durations=10 -m device "${@:3}") >"$logs/${#pids[@]}" 2>&1 &
+		pids+=($!)
+	}
+	a=(grader/selftest/test_course.py) b=()
+	[ $has_variants = 1 ] && a+=(grader/selftest/test_variants.py)
+	[ $has_mutants = 1 ] && b+=(grader/selftest/test_mutants.py)
+	[ $has_cheats = 1 ] && b+=(grader/selftest/test_cheats.py)
+	on_device "$1" "solution, skeleton, variants" -k "$name or variant" "${a[@]}"
+	[ ${#b[@]} = 0 ] ||
+		on_device "${2:-$1}" "mutants, cheats" -k "mutant or cheat" "${b[@]}"
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || rc=1
+		echo "-- ${titles[$i]} --"
+		cat "$logs/$i"
+	done
+	rm -rf "$logs"
+	exit $rc
+fi
 static() {
 	"$PYTHON" -m grader build solutions "$name" && "$PYTHON" -m grader build skeletons "$name" || return 1
 	local compile=()
@@ -67,16 +105,12 @@ static() {
 step "1. $name: static checks, lint, the trees compiled" static
 
 graded() {
-	local tests=(grader/selftest/test_course.py)
-	[ $has_mutants = 1 ] && tests+=(grader/selftest/test_mutants.py)
-	[ $has_cheats = 1 ] && tests+=(grader/selftest/test_cheats.py)
-	[ $has_variants = 1 ] && tests+=(grader/selftest/test_variants.py)
-	RXE_VM_COLD=1 vm-setup/with-rxe $PYTEST -q -m device -k "$name or mutant or cheat or variant" "${tests[@]}"
+	RXE_VM_COLD=1 RXE_VM_SMP=2 RXE_VM_DEVICES=2 vm-setup/with-rxe \
+		bash grader/selftest/lesson-check.sh --graded-in-vm "$num"
 }
-if [ $device = true ] || [ $has_variants = 1 ]; then
-	step "2. $name: solution, skeleton, mutants, cheats, variants graded" graded
-fi
-
+# Step 3 (the pair's two VMs) starts first and runs beside step 2 (one VM):
+# its output, held in a file, is shown once step 2 is done.
+pair=''
 if compgen -G "grader/lessons/test_${num}_*_wire.py" >/dev/null || [ "$num" = 16 ]; then
 	wire() {
 		local out
@@ -86,7 +120,20 @@ if compgen -G "grader/lessons/test_${num}_*_wire.py" >/dev/null || [ "$num" = 16
 		# (host A's lines come prefixed "A| ")
 		[ $rc = 0 ] && grep -Eq '^(A\| )?Score: ([0-9]+)/\2$' <<<"$out"
 	}
-	step "3. $name: the solution on a linked pair (HOSTS=2)" wire
+	pair=$(mktemp)
+	trap 'rm -f "$pair"' EXIT
+	pair_title="3. $name: the solution on a linked pair (HOSTS=2)"
+	(step "$pair_title" wire; [ ${#failed[@]} = 0 ]) >"$pair" 2>&1 &
+	pair_pid=$!
+fi
+
+if [ $device = true ] || [ $has_variants = 1 ]; then
+	step "2. $name: solution, skeleton, mutants, cheats, variants graded" graded
+fi
+
+if [ -n "$pair" ]; then
+	wait "$pair_pid" || failed+=("$pair_title")
+	cat "$pair"
 fi
 
 echo "make test LESSON=$num: ${#failed[@]} step(s) failed$([ ${#failed[@]} = 0 ] || printf ' (%s)' "${failed[*]}"); $((SECONDS - t0)) s"
