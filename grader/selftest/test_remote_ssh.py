@@ -155,3 +155,35 @@ def test_a_status_written_in_place_is_read_once_it_is_there(tmp_path):
     (job / "rc").write_text("3\n")
     out, err = proc.communicate(timeout=30)
     assert (proc.returncode, out) == (3, b"one\ntwo"), err
+
+
+def test_a_pair_s_peers_go_through_host_b_s_zygote(tmp_path):
+    """A reference peer's command (python3 trusted/SCRIPT ...) reaches the
+    pair's host B as zygote.py --run (stage2.sh serves a zygote there);
+    any other command as it is."""
+    trusted = COURSE / "grader" / "evidence" / "trusted"
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    for cmd, want in (
+            ([sys.executable, str(trusted / "peer.py"), "05", "server"],
+             [sys.executable, str(trusted / "zygote.py"), "--run",
+              "/run/rdma-course-peers/sock", sys.executable,
+              str(trusted / "peer.py"), "05", "server"]),
+            (["bash", "-c", "true"], ["bash", "-c", "true"]),
+            ([sys.executable, str(tmp_path / "peer.py")],
+             [sys.executable, str(tmp_path / "peer.py")])):
+        proc = subprocess.Popen([*REMOTE, str(jobs), "--", *cmd],
+                                cwd=COURSE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while not list(jobs.glob("*/go")):
+            assert time.monotonic() < deadline, "no job was submitted"
+            time.sleep(0.05)
+        job = next(jobs.glob("*/go")).parent
+        spec = subprocess.run(
+            ["bash", "-c", f'. {job}/spec.sh; printf "%s\\n" "${{CMD[@]}}"'],
+            capture_output=True, text=True, check=True).stdout
+        (job / "rc").write_text("0\n")
+        proc.communicate(timeout=30)
+        (job / "go").unlink()
+        assert spec.splitlines() == want

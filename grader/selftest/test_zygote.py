@@ -110,3 +110,71 @@ def test_the_zygote_ends_with_its_grader(tmp_path):
     assert peer.wait(timeout=10) is not None
     z.proc = None
     z.stop()
+
+
+def _run_through(path, *args):
+    """udp_echo.py as host B's jobs run a peer (remote.py: zygote.py
+    --run SOCKET python3 SCRIPT ARG...)."""
+    cmd = [sys.executable, str(zygote.HERE / "zygote.py"), "--run",
+           str(path), sys.executable, str(UDP_ECHO), "--size", "8",
+           *map(str, args)]
+    return harness.start(cmd, ready=READY, timeout=30)
+
+
+def _children(pid):
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and int((d / "stat").read_text()
+                                        .rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def _echoes(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    s.sendto(b"12345678", ("127.0.0.1", port))
+    return s.recv(100) == b"12345678"
+
+
+def test_run_through_the_zygote_forks_the_peer_there(zyg):
+    path = zyg.ready()
+    with _run_through(path, "--count", "1", "--timeout", "10") as p:
+        # The echo is the zygote's child, not the client it ran through.
+        assert _children(zyg.pid()) != [] and \
+            p.proc.pid not in _children(zyg.pid())
+        assert _echoes(p.port)
+        res = p.wait()
+    assert res.returncode == 0, res.describe()
+    assert '"echoed": 1' in res.stdout
+    # Its exit status, and its stderr, are the client's.
+    res = harness.run([*p.cmd, "--bogus"], timeout=30)
+    assert res.returncode == 2, res.describe()
+    assert "unrecognized arguments: --bogus" in res.stderr
+    # The client killed (host B's job ended by host A), the peer ends too.
+    p = _run_through(path, "--count", "1", "--timeout", "60")
+    assert _children(zyg.pid())
+    p.kill()
+    p.wait(timeout=10)
+    for _ in range(100):
+        if not [c for c in _children(zyg.pid()) if Path(
+                f"/proc/{c}/stat").read_text().split(")")[1].split()[0]
+                != "Z"]:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the peer still runs after its client was killed")
+
+
+def test_run_through_no_zygote_is_the_command_itself(tmp_path):
+    with _run_through(tmp_path / "none", "--count", "1", "--timeout",
+                      "10") as p:
+        # exec'd in place: the client's pid is the echo's
+        cmdline = Path(f"/proc/{p.proc.pid}/cmdline").read_bytes()
+        assert b"udp_echo.py" in cmdline and b"zygote.py" not in cmdline
+        assert _echoes(p.port)
+        res = p.wait()
+    assert res.returncode == 0, res.describe()
