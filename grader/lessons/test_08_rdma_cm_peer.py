@@ -16,9 +16,9 @@ import pytest
 
 from grader import GradeFailure, expect_line, points
 from grader.evidence.trusted.run import (T_ACCEPT, after, expect_owner,
-                                         expect_peer_ok, peer_host,
-                                         rand_between, start_client,
-                                         start_server, verdict)
+                                         expect_peer_ok, failed_already,
+                                         peer_host, rand_between,
+                                         start_client, start_server, verdict)
 
 SERVER, CLIENT = "cm_server", "cm_client"
 T = "10"
@@ -36,7 +36,9 @@ def as_client(build, rdma):
         with build.start(CLIENT, "-p", peer.port, "-t", T, "-s", size,
                          peer_host(rdma), ready=None) as cli:
             pid = cli.proc.pid
-            res = cli.wait()
+            # (every test of the run needs the peer's ok: a program it
+            # has failed is stopped, run.failed_already)
+            res = cli.wait(stop_when=lambda: failed_already(peer))
         v = verdict(peer, timeout=after(res), other=res)
     return res, pid, v, size
 
@@ -50,7 +52,7 @@ def _as_server(build, rdma, corrupt):
         pid = srv.proc.pid
         with start_client("08", "--port", srv.port, *opts) as peer:
             v = verdict(peer)
-        res = srv.wait(timeout=30)
+        res = srv.wait(timeout=30, stop_when=lambda: failed_already(peer))
     return res, pid, v, size
 
 
