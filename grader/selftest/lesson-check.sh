@@ -6,14 +6,16 @@
 #      solution, skeleton, mutants and cheats compiled (a lesson graded
 #      without a device, lesson.toml's device = false: all of them graded
 #      here, and step 2 has nothing to do)
-#   2. in one micro-VM: its solution graded (full marks), its skeleton (not
-#      full), its mutants (each shows its symptom first), its cheats (each
-#      loses exactly the tests it fakes), its variants (the solution with
-#      every output line prefixed)
+#   2. in one micro-VM (two vCPUs, two devices): its solution graded (full
+#      marks), its skeleton (not full) and its variants (the solution with
+#      every output line prefixed) on one device, beside its mutants (each
+#      shows its symptom first) and its cheats (each loses exactly the
+#      tests it fakes) on the other
 #   3. on the linked pair, when the lesson has wire tests or is lesson 16:
 #      its solution graded with HOSTS=2 (full marks), beside step 2 (both
-#      mostly wait for their programs and peers: together they took
-#      little more than step 2 alone); its output follows step 2's
+#      mostly wait for their programs and peers; they slow each other
+#      down, but lesson 05 took 157 s so against about 177 s one after the
+#      other); its output follows step 2's
 # Exit 0 only when every step passed. The whole course: make test.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
