@@ -38,7 +38,7 @@ def as_client(build, rdma):
             pid = cli.proc.pid
             # (every test of the run needs the peer's ok: a program it
             # has failed is stopped, run.failed_already)
-            res = cli.wait(stop_when=lambda: failed_already(peer))
+            res = cli.wait(stop_when=failed_already(peer))
         v = verdict(peer, timeout=after(res), other=res)
     return res, pid, v, size
 
@@ -52,7 +52,7 @@ def _as_server(build, rdma, corrupt):
         pid = srv.proc.pid
         with start_client("08", "--port", srv.port, *opts) as peer:
             v = verdict(peer)
-        res = srv.wait(timeout=30, stop_when=lambda: failed_already(peer))
+        res = srv.wait(timeout=30, stop_when=failed_already(peer))
     return res, pid, v, size
 
 

@@ -14,8 +14,8 @@
 #   3. on the linked pair, when the lesson has wire tests or is lesson 16:
 #      its solution graded with HOSTS=2 (full marks), beside step 2 (both
 #      mostly wait for their programs and peers; they slow each other
-#      down, but lesson 05 took 157 s so against about 177 s one after the
-#      other); its output follows step 2's
+#      down: lesson 05 took 157 s so, where its steps timed alone add up
+#      to 177 s); its output follows step 2's
 # Exit 0 only when every step passed. The whole course: make test.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -59,8 +59,8 @@ grep -Eq '^device *= *false' "lessons/$name/lesson.toml" 2>/dev/null && device=f
 # Step 2 in the VM: two pytest runs side by side, each on a device of its
 # own (its counters its own traffic): the solution, skeleton and variants on
 # the first, the mutants and cheats on the second. Each mostly waits for
-# its programs and peers: one after the other they took 129 s, side by
-# side 88 s. Their output follows in that order.
+# its programs and peers: lesson 05's took 129 s one after the other, 97 s
+# side by side (each with the VM's boot). Their output follows in order.
 if [ -n "$in_vm" ]; then
 	set -- $RDMA_DEVICES
 	logs=$(mktemp -d)

@@ -75,18 +75,22 @@ def test_a_killed_or_abandoned_peer_ends(zyg):
                    "1", "--timeout", "60"])
     pid = z.pid
     z.sock.close()
+    assert _ends(pid), f"peer {pid} still runs after its client hung up"
+
+
+def _ends(pid):
+    """Does process `pid` end (or become a zombie) within 5 s?"""
     for _ in range(100):
         # (reaped between the two looks: reading /proc/PID/stat fails too)
         try:
             os.kill(pid, 0)
             state = Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
         except (ProcessLookupError, FileNotFoundError):
-            break
+            return True
         if state == "Z":
-            break
+            return True
         time.sleep(0.05)
-    else:
-        pytest.fail(f"peer {pid} still runs after its client hung up")
+    return False
 
 
 def test_only_the_peers_and_only_the_grader(zyg):
@@ -122,11 +126,15 @@ def _run_through(path, *args):
 
 
 def _children(pid):
+    """The live children of `pid` (its zombies aside)."""
     out = []
     for d in Path("/proc").iterdir():
         try:
-            if d.name.isdigit() and int((d / "stat").read_text()
-                                        .rsplit(")", 1)[1].split()[1]) == pid:
+            if not d.name.isdigit():
+                continue
+            state, ppid = (d / "stat").read_text().rsplit(")", 1)[1] \
+                .split()[:2]
+            if int(ppid) == pid and state != "Z":
                 out.append(int(d.name))
         except (OSError, ValueError, IndexError):
             pass
@@ -156,17 +164,11 @@ def test_run_through_the_zygote_forks_the_peer_there(zyg):
     assert "unrecognized arguments: --bogus" in res.stderr
     # The client killed (host B's job ended by host A), the peer ends too.
     p = _run_through(path, "--count", "1", "--timeout", "60")
-    assert _children(zyg.pid())
+    peers = _children(zyg.pid())
+    assert len(peers) == 1 and peers[0] != p.proc.pid
     p.kill()
     p.wait(timeout=10)
-    for _ in range(100):
-        if not [c for c in _children(zyg.pid()) if Path(
-                f"/proc/{c}/stat").read_text().split(")")[1].split()[0]
-                != "Z"]:
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("the peer still runs after its client was killed")
+    assert _ends(peers[0]), "the peer still runs after its client was killed"
 
 
 def test_run_through_no_zygote_is_the_command_itself(tmp_path):

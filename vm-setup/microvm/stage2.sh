@@ -215,26 +215,25 @@ if [ "${SERVE:-0}" = 1 ]; then
 			rm -f /run/rdma-course-grader/warming
 		) </dev/null >/run/rdma-course-grader/log 2>&1 &
 	fi
+	# Sleeping is bash's read -t on a FIFO nobody writes: no process per
+	# tick (under TCG an idle loop of forks costs the host half a core).
+	$BB mkfifo /run/rxe-vm-tick
+	exec 7<>/run/rxe-vm-tick
 	# Host B of a pair: the reference peers' zygote (grader/evidence/
-	# trusted/zygote.py, pyverbs imported once: a peer starts in 0.3 s, not
-	# 2.6 s). Host A's remote.py sends its peers through it, at the socket
-	# it names (B_ZYGOTE); a job that finds none runs the peer itself. Its
-	# stdin is a FIFO this loop holds open: it serves until the poweroff.
+	# trusted/zygote.py, pyverbs imported once: a peer's part of a job 1.3 s,
+	# not 2.0-2.3 s). Host A's remote.py sends its peers through it, at the
+	# socket it names (B_ZYGOTE); a job that finds none runs the peer
+	# itself. Its stdin is the tick FIFO, which nobody writes and this loop
+	# holds open: it serves until the poweroff.
 	if [ "${PAIR_SERVE:-0}" = 1 ] && [ -e "$COURSE_DIR/grader/evidence/trusted/zygote.py" ]; then
 		$BB mkdir -p -m 0700 /run/rdma-course-peers
-		$BB mkfifo /run/rdma-course-peers/hold
-		exec 8<>/run/rdma-course-peers/hold
 		(
 			cd "$COURSE_DIR" || exit 1
 			set -- "$RUN/env.sh" "$rdma_env"
 			eval "$command_env"
 			exec setsid /usr/bin/python3 grader/evidence/trusted/zygote.py /run/rdma-course-peers/sock
-		) <&8 >/run/rdma-course-peers/log 2>&1 &
+		) <&7 >/run/rdma-course-peers/log 2>&1 &
 	fi
-	# Sleeping is bash's read -t on a FIFO nobody writes: no process per
-	# tick (under TCG an idle loop of forks costs the host half a core).
-	$BB mkfifo /run/rxe-vm-tick
-	exec 7<>/run/rxe-vm-tick
 	: >"$RUN/heartbeat"
 	: >"$RUN/ready"
 	idle=0 tick=0

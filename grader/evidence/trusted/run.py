@@ -125,18 +125,20 @@ def verdict(proc, timeout=PEER_START, other=None):
 
 
 def failed_already(peer):
-    """For Proc.wait(stop_when=...): once the reference peer has ended
-    with a verdict that fails the program whatever it does next - not ok,
-    and no corrupted message sent (a program must still report that one
+    """A stop_when for Proc.wait: once the reference peer has ended with
+    a verdict that fails the program whatever it does next - not ok, and
+    no corrupted message sent (a program must still report that one
     itself) - why; else None. The program is then waiting for what the
     peer will never send: waiting out its -t would only cost time (and
     a kill would count as a hang)."""
-    if peer.proc.poll() is None:
-        return None
-    v = peer_result(peer.wait(timeout=5))
-    if v is None or v["ok"] or v.get("corrupted"):
-        return None
-    return f"the reference peer had ended, failing it: {v['error']}"
+    def why():
+        if peer.proc.poll() is None:
+            return None
+        v = peer_result(peer.wait(timeout=5))
+        if v is None or v["ok"] or v.get("corrupted"):
+            return None
+        return f"the reference peer had ended, failing it: {v['error']}"
+    return why
 
 
 def after(res):
@@ -192,10 +194,6 @@ def peer_host(rdma):
     return rdma.peer_ip if rdma.peer_jobs else host(rdma)
 
 
-def _stop_when(peer, decided):
-    return (lambda: failed_already(peer)) if decided else None
-
-
 def client_vs_peer(build, rdma, lesson, prog, peer_opts, client_args,
                    decided=True):
     """The program as the client of the reference server:
@@ -210,7 +208,8 @@ def client_vs_peer(build, rdma, lesson, prog, peer_opts, client_args,
         with build.start(prog, "--port", peer.port, *client_args,
                          peer_host(rdma), ready=None) as client:
             pid = client.proc.pid
-            res = client.wait(stop_when=_stop_when(peer, decided))
+            res = client.wait(stop_when=failed_already(peer) if decided
+                                  else None)
         v = verdict(peer, timeout=after(res), other=res)
     v["_counters"] = rdma.counters() - before
     return res, pid, v
@@ -227,6 +226,7 @@ def server_vs_peer(build, rdma, lesson, prog, server_args, peer_opts,
         with start_client(lesson, "--host", host(rdma), "--port",
                           server.port, *peer_opts) as peer:
             v = verdict(peer)
-        res = server.wait(timeout=30, stop_when=_stop_when(peer, decided))
+        res = server.wait(timeout=30, stop_when=failed_already(peer)
+                          if decided else None)
     v["_counters"] = rdma.counters() - before
     return res, pid, v

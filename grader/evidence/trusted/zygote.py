@@ -217,8 +217,9 @@ def serve(path, mains, control=0):
 def run_through(path, cmd):
     """`zygote.py --run SOCKET python3 SCRIPT ARG...`: the command as the
     zygote at SOCKET forks it, with this process's stdin, stdout, stderr,
-    environment and directory, 0.3 s where a fresh pyverbs import takes
-    2.6 s (host B of a pair: grader/evidence/remote.py sends its peers so).
+    environment and directory (host B of a pair: grader/evidence/remote.py
+    sends its peers so; there a peer's part of a job took 1.3 s so, 2.0-2.3
+    s as a fresh `python3 SCRIPT`, which imports pyverbs).
     This process ends as the peer does, with its exit status (128 + N for
     signal N, as a shell reports it); killed, it takes the peer with it
     (the zygote kills the peer of a client that hung up). Without a
