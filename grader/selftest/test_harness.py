@@ -10,6 +10,8 @@ import pytest
 from grader.core import harness
 from grader.core.harness import GradeFailure
 
+from conftest import COURSE
+
 
 def test_hang_is_killed_at_the_timeout(badprogs):
     t0 = time.monotonic()
@@ -317,3 +319,50 @@ def test_a_program_started_from_three_threads_at_once_is_staged(tmp_path):
             got = list(pool.map(sb._staged, [str(prog)] * 6))
         assert got == [str(sb.stage / "build" / "prog")] * 6
         assert (sb.stage / "build" / "prog").read_bytes() == prog.read_bytes()
+
+
+def test_the_read_only_view_is_made_and_a_killed_sessions_is_swept(tmp_path):
+    """Contained (root), a session's programs see the course tree as an
+    empty read-only directory and the named outputs read-only, and the
+    grader's own view is unchanged. A session killed before close() leaves
+    its namespace mounted and its cgroup: the next session removes both."""
+    import subprocess
+    from grader.evidence.sandbox import Containment, STATE
+    if os.geteuid() != 0:
+        pytest.skip("containment is root's (make test runs as root)")
+    out = tmp_path / "out"
+    out.mkdir()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                    # a session killed before close()
+        try:
+            c = Containment(COURSE, read_only=[out])
+            os.write(w, f"{c.nsfile}\n{c.base}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    said = os.read(r, 4096).decode().split("\n")
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert len(said) == 2, f"the killed session made no containment: {said}"
+    nsfile, cgroup = said
+    look = subprocess.run(
+        ["nsenter", f"--mount={nsfile}", "sh", "-c",
+         f"ls -A {COURSE}; touch {out}/x && echo wrote; "
+         f"touch {COURSE}/x && echo wrote course"],
+        capture_output=True, text=True)
+    assert look.stdout == "", f"expected an empty course, nothing written; got {look}"
+    assert "Read-only file system" in look.stderr, look.stderr
+    assert (COURSE / "grader").is_dir() and os.access(out, os.W_OK)
+    mounted = lambda p: any(line.split()[1] == p for line in
+                            open("/proc/self/mounts").read().splitlines())
+    assert mounted(nsfile) and os.path.isdir(cgroup)
+    c = Containment(COURSE, read_only=[out])
+    try:
+        assert not mounted(nsfile), f"{nsfile} is still mounted"
+        assert not os.path.exists(nsfile) and not os.path.exists(cgroup)
+        assert mounted(str(c.nsfile))
+    finally:
+        c.close()
+    assert not mounted(str(c.nsfile)) and not c.nsfile.exists()
+    assert STATE.is_dir()
