@@ -572,10 +572,13 @@ void course_print_qp_info(const char *who, const struct qp_info *info)
 
 void course_poll_pause(uint64_t start, uint64_t now)
 {
-	const struct timespec nap = { .tv_nsec = COURSE_POLL_NAP_NS };
+	struct timespec nap = { .tv_nsec = COURSE_POLL_NAP_NS };
 
-	if (now - start >= COURSE_POLL_SPIN_NS)
-		nanosleep(&nap, NULL);
+	if (now - start < COURSE_POLL_SPIN_NS)
+		return;
+	if (now - start >= COURSE_POLL_LONG_NS)
+		nap.tv_nsec = COURSE_POLL_LONG_NAP_NS;
+	nanosleep(&nap, NULL);
 }
 
 int course_poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int timeout,

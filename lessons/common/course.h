@@ -167,12 +167,17 @@ void course_print_qp_info(const char *who, const struct qp_info *info);
  * its first COURSE_POLL_SPIN_NS, nothing (it polls again at once: a round
  * trip on a NIC or on rxe in a quiet VM takes far less); after that, a nap
  * of COURSE_POLL_NAP_NS, which leaves the CPU to the peer and to rxe's
- * kernel work when the wait is long (a peer still starting, a completion
- * that never comes). @start: when the wait began, @now: now
+ * kernel work; once the wait has lasted COURSE_POLL_LONG_NS (a peer still
+ * starting, a completion that never comes), naps of COURSE_POLL_LONG_NAP_NS:
+ * a wait that long is not a round trip, and every wake-up costs CPU that
+ * others could use (a program that waits out a 10 s --timeout wakes 2,000
+ * times instead of 20,000). @start: when the wait began, @now: now
  * (course_now_ns()).
  */
-#define COURSE_POLL_SPIN_NS 1000000ull /* 1 ms */
-#define COURSE_POLL_NAP_NS  500000     /* 0.5 ms */
+#define COURSE_POLL_SPIN_NS	1000000ull   /* 1 ms */
+#define COURSE_POLL_NAP_NS	500000	     /* 0.5 ms */
+#define COURSE_POLL_LONG_NS	100000000ull /* 100 ms */
+#define COURSE_POLL_LONG_NAP_NS 5000000	     /* 5 ms */
 void course_poll_pause(uint64_t start, uint64_t now);
 
 /*
