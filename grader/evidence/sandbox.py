@@ -94,7 +94,9 @@ class Containment:
                 cg = procs.cgroup2_root()
                 if cg is None:
                     Path("/sys/fs/cgroup").mkdir(exist_ok=True)
-                    _mount("cgroup2", "/sys/fs/cgroup", "cgroup2")
+                    subprocess.run(["mount", "-t", "cgroup2", "cgroup2",
+                                    "/sys/fs/cgroup"], check=True,
+                                   capture_output=True)
                     cg = Path("/sys/fs/cgroup")
         base = cg / f"rdma-grade.{os.getpid()}"
         base.mkdir(exist_ok=True)
@@ -135,8 +137,10 @@ class Containment:
             if self.shared and (str(nsfile), "nsfs") in mounts:
                 return nsfile
             if str(STATE) not in {p for p, _ in mounts}:
-                _mount(STATE, STATE, flags=MS_BIND)
-            _mount(None, STATE, flags=MS_PRIVATE)
+                subprocess.run(["mount", "--bind", STATE, STATE], check=True,
+                               capture_output=True)
+            subprocess.run(["mount", "--make-private", STATE], check=True,
+                           capture_output=True)
             if not self.shared:
                 _sweep(mounts, self.base.parent)
             nsfile.touch()
@@ -171,7 +175,7 @@ class Containment:
 
     def close(self):
         if not self.shared:
-            _libc.umount2(os.fsencode(str(self.nsfile)), 0)
+            subprocess.run(["umount", self.nsfile], capture_output=True)
             try:
                 self.nsfile.unlink(missing_ok=True)
             except OSError:
@@ -383,19 +387,6 @@ class Sandbox:
         return str(dest)
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-MS_BIND, MS_PRIVATE, MNT_DETACH = 4096, 1 << 18, 2
-
-
-def _mount(source, target, fstype=None, flags=0, data=None):
-    """mount(2); OSError naming @target when it fails."""
-    enc = (lambda v: None if v is None else os.fsencode(str(v)))
-    if _libc.mount(enc(source), enc(target), enc(fstype),
-                   ctypes.c_ulong(flags), enc(data)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), str(target))
-
-
 def _sweep(mounts, cgroot):
     """Remove what host sessions that ended without close() (killed) left:
     their namespaces, each holding its mounts for as long as the machine
@@ -404,7 +395,7 @@ def _sweep(mounts, cgroot):
     for f in STATE.glob("mnt.[0-9]*"):
         if dead(f.name[len("mnt."):]):
             if (str(f), "nsfs") in mounts:
-                _libc.umount2(os.fsencode(str(f)), MNT_DETACH)
+                subprocess.run(["umount", "--lazy", f], capture_output=True)
             with contextlib.suppress(OSError):
                 f.unlink()
     for cg in cgroot.glob("rdma-grade.[0-9]*"):
