@@ -3,9 +3,15 @@ a stale reply is named for it, whether the stale reply was the duplicate
 sent just before this request's reply or the previous request's real
 reply, left over since an earlier request took a duplicate that looked
 the same (fresh-clone make test: mutant 15/no-seq-match showed only
-"printed 'rget k: absent', but the ... reply to that request said ok")."""
+"printed 'rget k: absent', but the ... reply to that request said ok").
+And check_client_vs_server(partial=True), a client that ended early: a
+result printed for a request the server never received (it had ended: another
+client hung up) is a reply taken that answered another, not a reason to
+stop looking (fresh-clone CI of c595baa: 15/no-seq-match showed only
+"client 1 of 3 ...: exited with status 1")."""
 
-from grader.evidence.trusted.kvcheck import reply_mixup
+from grader.evidence.trusted.kvcheck import (check_client_vs_server,
+                                             reply_mixup)
 
 OP = {"op": "rget", "key": "k"}
 
@@ -39,3 +45,48 @@ def test_an_unrelated_wrong_answer_is_not_called_stale():
     res = {"line": "rget k: absent", "status": "absent"}
     why = reply_mixup("client", 6, OP, res, r, earlier)
     assert "stale" not in why and "said ok (slot 3, version 2)" in why
+
+
+def _client_run(reqs, lines):
+    server = {"clients": [{"qpn": 7, "t_go": 0.0, "requests": reqs}],
+              "writes": []}
+    return server, "".join(line + "\n" for line in lines)
+
+
+def test_a_result_for_a_request_the_server_never_received_is_a_reply_taken():
+    # The server ended (another client hung up) before `put a` #2 reached
+    # it: the client had printed its result from the reply left over
+    # after `put b` took the duplicate of `put a`'s.
+    ops = [{"op": "put", "key": "a", "value": "1"},
+           {"op": "put", "key": "b", "value": "2"},
+           {"op": "put", "key": "a", "value": "3"}]
+    reqs = [_req(1, "ok", 4, 2, op="put", key="a", value="1", t_arr=0.9,
+                 t_rep=1.0),
+            _req(2, "ok", 5, 2, op="put", key="b", value="2", t_arr=1.9,
+                 t_rep=2.0, dup_before=True)]
+    server, out = _client_run(reqs, ["put a: ok (slot 4, version 2)",
+                                     "put b: ok (slot 4, version 2)",
+                                     "put a: ok (slot 5, version 2)"])
+    got = check_client_vs_server(server, 7, ops, out, "client 1",
+                                 partial=True)
+    kinds = [k for k, _ in got]
+    assert kinds == ["reply", "reply"], got
+    assert "op 2" in got[0][1] and "a stale reply" in got[0][1]
+    assert "op 3" in got[1][1] and "never received" in got[1][1]
+
+
+def test_an_unreceived_request_answered_like_its_predecessor_is_stale():
+    # Every result looks the same, so only the missing request shows it.
+    ops = [{"op": "del", "key": k} for k in ("x", "y", "z")]
+    reqs = [_req(1, "absent", op="del", key="x", t_arr=0.9, t_rep=1.0),
+            _req(2, "absent", op="del", key="y", t_arr=1.9, t_rep=2.0,
+                 dup_before=True)]
+    server, out = _client_run(reqs, ["del x: absent", "del y: absent",
+                                     "del z: absent"])
+    got = check_client_vs_server(server, 7, ops, out, "client 1",
+                                 partial=True)
+    assert len(got) == 1 and got[0][0] == "reply", got
+    assert "never received" in got[0][1] and "a stale reply" in got[0][1]
+    # A whole run must have every request: that is a 'request' problem.
+    assert check_client_vs_server(server, 7, ops, out, "client 1")[0][0] \
+        == "request"

@@ -202,6 +202,11 @@ def check_client_vs_server(server, qpn, ops, stdout, who, partial=False):
                  f"0x{qpn:06x} (the QP number of its 'local:' line)")]
     reqs = conn["requests"]
     want = [op for op in ops if op["op"] in REQUESTS]
+    if partial:
+        # The server may have ended (another client hung up) before this
+        # client's last requests reached it; a result printed for one of
+        # those is a reply taken that answered another (below).
+        want = want[:len(reqs)]
     for j, op in enumerate(want):
         r = reqs[j] if j < len(reqs) else None
         sent = {"rget": "get"}.get(op["op"], op["op"])
@@ -230,6 +235,10 @@ def check_client_vs_server(server, qpn, ops, stdout, who, partial=False):
     for j, op in enumerate(ops):
         res = got[j]
         if op["op"] in REQUESTS:
+            if k >= len(reqs):      # partial: it never reached the server
+                problems.append(("reply", reply_mixup(who, j, op, res, None,
+                                                      reqs)))
+                break
             r = reqs[k]
             k += 1
             lo = r["t_rep"]
@@ -269,15 +278,21 @@ def _printed(rec):
 
 def reply_mixup(who, j, op, res, r, earlier):
     """A request's reported result differs from the reply the server
-    sent: say whose reply the client took, when it is recognisable.
-    `earlier`: the server's records of the requests before this one on
-    the connection."""
-    head = (f"{who}: op {j + 1} ({op_text(op)}) printed {res['line']!r}, "
-            f"but the reference server's reply to that request said "
-            f"{r['status']}")
-    if r["status"] == "ok":
-        head += f" (slot {r['slot']}, version {r['version']})"
-    f = r.get("foreign_before")
+    sent (`r`), or the server never received the request (`r` None: it
+    had ended first): say whose reply the client took, when it is
+    recognisable. `earlier`: the server's records of the requests before
+    this one on the connection."""
+    head = f"{who}: op {j + 1} ({op_text(op)}) printed {res['line']!r}, but "
+    if r is None:
+        head += (f"the reference server never received that request (it "
+                 f"had received {len(earlier)} of this client's requests "
+                 f"when it ended), so no reply answered it")
+    else:
+        head += (f"the reference server's reply to that request said "
+                 f"{r['status']}")
+        if r["status"] == "ok":
+            head += f" (slot {r['slot']}, version {r['version']})"
+    f = r and r.get("foreign_before")
     if f and (res.get("slot"), res.get("version")) == (f["slot"],
                                                         f["version"]):
         return (head + f": it took the reply the server sent just before, "
@@ -289,13 +304,14 @@ def reply_mixup(who, j, op, res, r, earlier):
     # taken in its place (which looked the same, so nothing showed then).
     prev = earlier[-1] if earlier else None
     if prev and _printed(res) == _printed(prev):
-        if r.get("dup_before"):
+        this = f"not {r['seq']}" if r else "not this request's"
+        if r and r.get("dup_before"):
             return (head + ": it took the duplicate of the previous "
                     "request's reply the server sent just before (seq "
-                    f"{prev['seq']}, not {r['seq']}) - a stale reply")
+                    f"{prev['seq']}, {this}) - a stale reply")
         if any(e.get("dup_before") for e in earlier):
             return (head + ": it took the previous request's reply (seq "
-                    f"{prev['seq']}, not {r['seq']}), left over since an "
+                    f"{prev['seq']}, {this}), left over since an "
                     "earlier request took a duplicate the server sent "
                     "in its place - a stale reply")
     return head
