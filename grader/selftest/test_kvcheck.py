@@ -8,9 +8,11 @@ And check_client_vs_server(partial=True), a client that ended early: a
 result printed for a request the server never received (it had ended: another
 client hung up) is a reply taken that answered another, not a reason to
 stop looking (fresh-clone CI of c595baa: 15/no-seq-match showed only
-"client 1 of 3 ...: exited with status 1")."""
+"client 1 of 3 ...: exited with status 1"). And moved_on_early(): the
+interposer's record shows a client that went on before its reply came."""
 
 from grader.evidence.trusted.kvcheck import (check_client_vs_server,
+                                             moved_on_early,
                                              reply_mixup)
 
 OP = {"op": "rget", "key": "k"}
@@ -90,3 +92,39 @@ def test_an_unreceived_request_answered_like_its_predecessor_is_stale():
     # A whole run must have every request: that is a 'request' problem.
     assert check_client_vs_server(server, 7, ops, out, "client 1")[0][0] \
         == "request"
+
+
+def _calls(*events):
+    """The interposer's record: 'S' a request SEND, 'R' a READ posted,
+    'r' a receive completion polled."""
+    out = []
+    for e in events:
+        if e == "S":
+            out.append(("post_send", {"opcode": "2", "rc": "0"}))
+        elif e == "R":
+            out.append(("post_send", {"opcode": "4", "rc": "0"}))
+        else:
+            out.append(("poll_cq", {"opcode": "128", "status": "0"}))
+    return out
+
+
+def test_a_client_that_went_on_before_its_reply_took_another():
+    reqs = [_req(1, "absent", op="del", key="x"),
+            _req(2, "absent", op="del", key="y", dup_before=True),
+            _req(3, "absent", op="del", key="z",
+                 foreign_before={"client": 9, "slot": 1, "version": 1001})]
+    server = {"clients": [{"qpn": 7, "requests": reqs}]}
+    # The answers waited for: 1, 2 and 2 messages.
+    assert moved_on_early(server, 7, _calls(
+        "S", "r", "R", "S", "r", "r", "S", "r", "r"), "c") is None
+    # Request 2 went on after the duplicate; its reply came during a READ.
+    why = moved_on_early(server, 7, _calls("S", "r", "S", "r", "R", "r"),
+                         "c")
+    assert "request 2 (del y)" in why and "polled 1 of them" in why
+    assert why.endswith("- a stale reply")
+    # Request 3 took the other client's reply.
+    why = moved_on_early(server, 7, _calls(
+        "S", "r", "S", "r", "r", "S", "r", "S"), "c")
+    assert "request 3" in why and why.endswith("to the wrong client")
+    # No receive completion in the record at all: it polls another way.
+    assert moved_on_early(server, 7, _calls("S", "S", "S"), "c") is None

@@ -317,6 +317,58 @@ def reply_mixup(who, j, op, res, r, earlier):
     return head
 
 
+# ibv_wr_opcode / ibv_wc_opcode values, as the interposer records them.
+WR_SEND, WC_RECV = 2, 128
+
+
+def moved_on_early(server, qpn, calls, who):
+    """The first request a client left before its reply came, from the
+    interposer's record `calls` ([(kind, fields)] in call order): the
+    reference server sends its duplicate and another client's reply
+    before the real one (kv.py), in order on the one connection, so a
+    client that waits for its answer polls all of them before its next
+    post_send. A client that went on after fewer took one of those. For
+    a client that ended early with no printed result to show it (the
+    duplicate looked like the answer); None when none is found, or when
+    the record has no receive completion at all (a client that polls
+    some other way)."""
+    conn = next((c for c in server.get("clients", []) if c["qpn"] == qpn),
+                None)
+    if conn is None or not any(
+            kind == "poll_cq" and f.get("opcode") == str(WC_RECV)
+            for kind, f in calls):
+        return None
+    reqs, j, polled = conn["requests"], -1, 0
+    for kind, f in calls:
+        if kind == "poll_cq" and f.get("opcode") == str(WC_RECV) and \
+                f.get("status") == "0":
+            polled += 1
+        if kind != "post_send" or f.get("rc", "0") != "0":
+            continue
+        if 0 <= j < len(reqs):
+            r = reqs[j]
+            sent = (["the duplicate of the previous request's reply"]
+                    if r.get("dup_before") else []) + \
+                (["another client's reply with this request's seq"]
+                 if r.get("foreign_before") else []) + ["its reply"]
+            if polled < len(sent):
+                took = (f"it took {sent[polled - 1]}" if polled else
+                        "it took no reply at all")
+                tag = (" - a stale reply" if polled and
+                       sent[polled - 1].startswith("the duplicate") else
+                       " - a reply matched to the wrong client" if polled
+                       else "")
+                return (f"{who}: request {j + 1} ({r['op']} {r['key']}): "
+                        f"the reference server sent {len(sent)} messages "
+                        f"for it, its reply last; the client polled "
+                        f"{polled} of them and went on (the interposer's "
+                        f"record: its next post_send came after {polled} "
+                        f"receive completions): {took}{tag}")
+        if f.get("opcode") == str(WR_SEND):
+            j, polled = j + 1, 0
+    return None
+
+
 def torn_reads_seen(server, read_sums):
     """The planted states (kv.py --race) whose bucket bytes a READ of the
     client brought back (the interposer's sums)."""
