@@ -158,10 +158,12 @@ class Containment:
         cmds.append(["mount", "-t", "tmpfs", "-o", "ro,size=4k,mode=0555",
                      "hidden", course])
         # Each argument travels as one word of the script's own argv:
-        # a path with spaces or quotes needs no quoting here.
+        # a path with spaces or quotes needs no quoting here. (The count
+        # loop is bash's own: a seq per mount was 0.09 CPU s each under
+        # the VM's emulation, 3.1 of lesson 05's mutants' 47.6.)
         script = 'set -e\nwhile [ $# -gt 0 ]; do n=$1; shift\n' \
-                 'a=(); for _ in $(seq "$n"); do a+=("$1"); shift; done\n' \
-                 '"${a[@]}"\ndone'
+                 'a=(); for ((i = 0; i < n; i++)); do a+=("$1"); shift; ' \
+                 'done\n"${a[@]}"\ndone'
         argv = []
         for c in cmds:
             argv += [str(len(c)), *c]
