@@ -354,28 +354,60 @@ class KvServer:
             self.conns.append(conn)
             for i in range(RECVS):
                 self.post_recv(conn, i)
-            conn.sock = oob.accept_one(lsock, a.start_timeout)
+        self.by_qpn = {c.qp.qp.qp_num: c for c in self.conns}
+        self.lsock, self.accepted = lsock, 0
+        self.accept_by = now() + a.start_timeout
+        self.last = None            # the last request (None: no 'G' yet)
+        self.serve()
+
+    def admit(self):
+        """Accept the next client if one is connecting, and let go ('G')
+        the connected ones once all have connected - or once the first of
+        them has waited --go-within s: a client's wait for 'G' is bounded
+        by its -t, and the others' start, under load, can be longer (the
+        lesson's servers wait for all; the reference server must not make
+        a correct client's -t run out)."""
+        a = self.a
+        # Before any 'G' nothing else can happen: wait here, not spin.
+        ready, _, _ = select.select([self.lsock], [], [],
+                                    0.05 if self.last is None else 0)
+        if ready:
+            conn = self.conns[self.accepted]
+            conn.sock = oob.accept_one(self.lsock, a.start_timeout)
             theirs = oob.exchange(conn.sock, conn.qp.info(
                 self.table.buf, self.table.rkey, self.nb * BUCKET))
             conn.qpn = theirs.qpn
             conn.log["qpn"] = theirs.qpn
-            r["clients"].append(conn.log)
+            self.r["clients"].append(conn.log)
             conn.qp.connect(theirs)
             oob.sync(conn.sock, b"R")
-        owners = program_qps([c.qpn for c in self.conns], self.a.device)
-        for conn in self.conns:
-            conn.log["remote_qp"] = owners[conn.qpn]
-        self.by_qpn = {c.qp.qp.qp_num: c for c in self.conns}
-        for conn in self.conns:
-            oob.sync(conn.sock, b"G")
-            conn.log["t_go"] = now()
-        self.serve()
+            conn.log["t_conn"] = now()
+            self.accepted += 1
+            self.accept_by = now() + a.start_timeout
+        elif now() > self.accept_by:
+            raise PeerGone(f"no client connected within {a.start_timeout} "
+                           f"s ({self.accepted} of {a.clients} had)")
+        waiting = [c for c in self.conns[:self.accepted]
+                   if "t_go" not in c.log]
+        if waiting and (self.accepted == a.clients or (
+                a.go_within and
+                now() - waiting[0].log["t_conn"] >= a.go_within)):
+            owners = program_qps([c.qpn for c in waiting], a.device)
+            for conn in waiting:
+                conn.log["remote_qp"] = owners[conn.qpn]
+            for conn in waiting:
+                oob.sync(conn.sock, b"G")
+                conn.log["t_go"] = now()
+                if self.accepted < a.clients:
+                    conn.log["go_early"] = self.accepted
+            self.last = now()
 
     def serve(self):
         a = self.a
-        last = now()
-        next_check = last + 0.2
+        next_check = now() + 0.2
         while True:
+            if self.accepted < a.clients or self.last is None:
+                self.admit()
             n, wcs = self.cq.poll(8)
             for wc in wcs[:n]:
                 self.handle(wc)
@@ -383,7 +415,7 @@ class KvServer:
             while self.timers and self.timers[0][0] <= t:
                 self.timers.pop(0)[1]()
             if n:
-                last = t
+                self.last = t
                 continue
             if all(c.done and not c.sending for c in self.conns) and \
                     not self.timers:
@@ -391,7 +423,9 @@ class KvServer:
             if t >= next_check:
                 next_check = t + 0.2
                 self.check_sockets()
-            if t - last > a.idle_timeout:
+            last = self.last if self.last is not None else t
+            # (Its clients connected: one still starting is not idle.)
+            if self.accepted == a.clients and t - last > a.idle_timeout:
                 raise PeerGone(f"no request from any client within "
                                f"{a.idle_timeout} s")
             # Spin while busy, then nap: a sleeping server costs a
@@ -400,7 +434,9 @@ class KvServer:
                        0.0002 if t - last < 0.05 else 0.001)
 
     def check_sockets(self):
-        open_ = [c for c in self.conns if not c.done]
+        # (Not one still waiting for its 'G': it has sent its own 'G'
+        # already, and its sync reads it.)
+        open_ = [c for c in self.conns if "t_go" in c.log and not c.done]
         if not open_:
             return
         ready, _, _ = select.select([c.sock for c in open_], [], [], 0)
@@ -450,7 +486,7 @@ class KvServer:
             if self.a.bench_stop:
                 self.a.bench_stop = False
                 for c in self.conns:
-                    if not c.done:
+                    if c.sock and not c.done:
                         c.sock.sendall(b"S")
         elif op == GET:
             status, slot, version, got = self.lookup(key)
@@ -756,6 +792,9 @@ def main(argv=None):
     p.add_argument("--start-timeout", type=int, default=0)
     # server
     p.add_argument("--clients", type=int, default=1)
+    # Let the connected clients go ('G') once the first has waited this
+    # long, all connected or not (0: only when all have; see admit()).
+    p.add_argument("--go-within", type=float, default=0)
     # How long the server waits with no request from any client, its
     # clients connected (default: --timeout). A benchmark's GETs are READs
     # the server never sees: its clients are silent until their BYE.

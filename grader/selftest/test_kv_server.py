@@ -1,0 +1,67 @@
+"""Lesson 15's reference server (grader/evidence/trusted/kv.py) and a
+client that starts late. The student's clients wait for its 'G' with
+their -t (10 s) while the other clients start; on a loaded machine a
+client under the interposer took 10 s to start, and the first client's
+wait ran out (fresh-clone run 50). With --go-within S the server lets the
+connected clients go once the first has waited S seconds, and each later
+one as it connects; without it, only when all have connected."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import COURSE, need_device
+
+KV = COURSE / "grader/evidence/trusted/kv.py"
+
+
+def _late_pair(*server_opts, late=3.0):
+    """A server for 2 clients, the second started `late` s after the
+    first: the server's verdict and both clients'."""
+    cmd = [sys.executable, str(KV)]
+    server = subprocess.Popen(
+        [*cmd, "server", "--clients", "2", "--buckets", "16", "--timeout",
+         "10", "--start-timeout", "30", *server_opts],
+        stdout=subprocess.PIPE, text=True, cwd=COURSE)
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("listening on port "), line
+        port = line.split()[-1]
+        client = [*cmd, "client", "--port", port, "--keys", "a,b",
+                  "--ops", "5", "--timeout", "10", "--start-timeout", "30"]
+        first = subprocess.Popen(client, stdout=subprocess.PIPE, text=True,
+                                 cwd=COURSE)
+        time.sleep(late)
+        second = subprocess.run(client, stdout=subprocess.PIPE, text=True,
+                                cwd=COURSE, timeout=60)
+        out = [first.communicate(timeout=60)[0], second.stdout,
+               server.communicate(timeout=60)[0]]
+    finally:
+        server.kill()
+    return [json.loads(o.split("peer-result ", 1)[1]) for o in out]
+
+
+@pytest.mark.device
+@pytest.mark.timeout(120)
+def test_the_first_client_goes_before_a_late_one_has_connected():
+    need_device()
+    one, two, srv = _late_pair("--go-within", "1")
+    assert one["ok"] and two["ok"] and srv["ok"], (one, two, srv)
+    first, second = srv["clients"]
+    assert first.get("go_early") == 1, first
+    assert first["t_go"] < second["t_conn"], (first, second)
+    assert "go_early" not in second, second
+
+
+@pytest.mark.device
+@pytest.mark.timeout(120)
+def test_without_go_within_all_go_together():
+    need_device()
+    one, two, srv = _late_pair()
+    assert one["ok"] and two["ok"] and srv["ok"], (one, two, srv)
+    first, second = srv["clients"]
+    assert "go_early" not in first, first
+    assert first["t_go"] >= second["t_conn"], (first, second)
