@@ -8,7 +8,10 @@
 
 bats_require_minimum_version 1.5.0
 
-STUDENT=rdma-course-student
+# Its own name per bats run: two make tests on one machine each make and
+# remove theirs (with one name, one's useradd met the other's user, and
+# one's teardown killed the other's processes).
+STUDENT=rdma-course-student-$(printf %s "$BATS_RUN_TMPDIR" | md5sum | cut -c1-8)
 
 setup_file() {
 	[ "$(id -u)" = 0 ] || return 0
