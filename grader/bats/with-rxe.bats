@@ -31,15 +31,17 @@ await_prompt() {
 }
 
 # type_and_await_exit LINE - type LINE into the coprocess VM's shell; fail
-# (VMs killed) unless it has exited 60 s later.
+# (VMs killed) unless it has exited 300 s later. A bound for a hang: 'b
+# CMD' and the pair's poweroff took 8 s quiet, and more than 60 s (the
+# bound before) with a second make test beside this one.
 type_and_await_exit() {
 	local pid=$VM_PID
 	echo "$1" >&"${VM[1]}"
-	for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+	for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
 	if kill -0 "$pid" 2>/dev/null; then
 		pkill -f "qemu-system-x86_64.*$BATS_TEST_TMPDIR"
 		kill "$pid"
-		fail "the shell did not act on the typed command within 60 s"
+		fail "the shell did not act on the typed command within 300 s"
 	fi
 }
 
