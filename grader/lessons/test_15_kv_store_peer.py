@@ -89,8 +89,8 @@ CLIENT_BENCH_T = "30"
 BENCH_IDLE = "120"
 BUCKET = 512
 QPN = re.compile(r"^local: .* qpn 0x([0-9a-f]+) ", re.M)
-RDMA_READ, SEND = 4, 2                  # enum ibv_wr_opcode
-WC_RDMA_READ = 2                        # enum ibv_wc_opcode
+RDMA_READ, SEND = kvcheck.WR_RDMA_READ, kvcheck.WR_SEND
+WC_RDMA_READ = kvcheck.WC_RDMA_READ
 RACE_HOLD_MS = 300
 SLOWEST = 10        # a program this many times slower than the reference
                     # loses the throughput point
@@ -256,29 +256,30 @@ def clients_run(build, rdma, spy_lib):
          rand_between(4, 6)])
 
 
-def problems_of(run, kinds, partial=False):
-    v = run["v"]
-    out = []
-    for i, (res, ops) in enumerate(zip(run["results"], run["workloads"])):
-        if partial and (res.returncode == 0 or not QPN.search(res.stdout)):
+def clients_of(run, failed_only=False):
+    """(i, result, qpn) of each client; `failed_only`: of those that
+    failed after printing their QP (a partial run to look through)."""
+    for i, res in enumerate(run["results"]):
+        if failed_only and (res.returncode == 0 or
+                            not QPN.search(res.stdout)):
             continue
-        qpn = qpn_of(res, f"client {i + 1}")
+        yield i, res, qpn_of(res, f"client {i + 1}")
+
+
+def problems_of(run, kinds, partial=False):
+    out = []
+    for i, res, qpn in clients_of(run, failed_only=partial):
         out += [msg for kind, msg in kvcheck.check_client_vs_server(
-            v, qpn, ops, res.stdout, f"client {i + 1}", partial=partial)
-            if kind in kinds]
+            run["v"], qpn, run["workloads"][i], res.stdout,
+            f"client {i + 1}", partial=partial) if kind in kinds]
     return out
 
 
 def went_on_early(run):
-    out = []
-    for i, (res, spy) in enumerate(zip(run["results"], run["spies"])):
-        if res.returncode == 0 or not QPN.search(res.stdout):
-            continue
-        why = kvcheck.moved_on_early(run["v"], qpn_of(res, ""), spy.calls(),
-                                     f"client {i + 1}")
-        if why:
-            out.append(why)
-    return out
+    found = (kvcheck.moved_on_early(run["v"], qpn, run["spies"][i].calls(),
+                                    f"client {i + 1}")
+             for i, res, qpn in clients_of(run, failed_only=True))
+    return [why for why in found if why]
 
 
 @points(6, "3 clients at once on the reference server: every GET returns a value it held")
