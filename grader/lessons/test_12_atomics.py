@@ -40,21 +40,20 @@ from grader import GradeFailure, expect, expect_match, points
 from grader.evidence import behaviour
 from grader.evidence.interpose import Spy, build_interposer, parse_int
 from grader.session import pairs
-from grader.evidence.trusted.run import (expect_peer_ok, rand_between, start_client,
-                                start_server, verdict)
+from grader.evidence.trusted.run import (T_ACCEPT, T_CLIENT, expect_peer_ok,
+                                rand_between, start_client, start_server,
+                                verdict)
 
 PROG = "atomics"
 T = "10"
-# A client's waits include the 'G' barrier, which comes once every client
-# has started and connected: started together, one may start seconds
-# after another on a loaded machine. It only bounds a hang.
-T_CLIENT = "30"
-# A server's wait for its clients to connect includes their start (the
-# reference client's: pyverbs, 1-2 s quiet, 30 s measured on 2 loaded
-# cores in half a CPU; the program's own two clients under the interposer:
-# 10 s measured, six gradings on one loaded vCPU, and the server's -t 10
-# closed its port before they came).
-T_ACCEPT = "60"
+# T_CLIENT (trusted/run.py): a client's waits include the 'G' barrier,
+# which comes once every client has started and connected: started
+# together, one may start seconds after another on a loaded machine.
+# T_ACCEPT: a server's wait for its clients to connect includes their
+# start (the reference client's: pyverbs, 1-2 s quiet, 30 s measured on 2
+# loaded cores in half a CPU; the program's own two clients under the
+# interposer: 10 s measured, six gradings on one loaded vCPU, and the
+# server's -t 10 closed its port before they came). Both only bound a hang.
 OLD = re.compile(r"^fetch_and_add: (\d+) increments, old values (\d+) \.\. "
                  r"(\d+)$", re.M)
 CMP_AND_SWP, FETCH_AND_ADD = 5, 6        # enum ibv_wr_opcode
