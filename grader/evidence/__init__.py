@@ -4,6 +4,8 @@ program called (interpose/), the course's reference peers and the kernel's
 view of their partner (trusted/), the other host of a pair (remote.py).
 Built on grader.core; imports nothing of the floors above."""
 
+from pathlib import Path
+
 from grader.core.build import grader_program
 
 
@@ -14,3 +16,9 @@ def build_programs(course):
     grader_program(course, "evidence/sandbox-exec.c")
     grader_program(course, "session/client.c")
     build_interposer(course)
+    # The grader's Python, compiled here too: a one-shot VM sees grader/
+    # read-only (vm-setup/microvm/run.sh), where Python could not save the
+    # bytecode of a module it compiled. Only what changed is compiled; a
+    # grader/ this user may not write is left as it is.
+    import compileall
+    compileall.compile_dir(Path(course) / "grader", quiet=2)
