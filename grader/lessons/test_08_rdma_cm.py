@@ -18,6 +18,7 @@ import pytest
 
 from grader import (GradeFailure, expect_line, expect_match, points,
                     proven_by)
+from grader.evidence.trusted.run import T_ACCEPT
 
 SERVER = "cm_server"
 CLIENT = "cm_client"
@@ -35,12 +36,15 @@ NOTICE = 30
 
 
 def _pair(build, rdma, *client_args):
-    """Run cm_server -p 0 and one cm_client against it; both Results."""
-    with build.start(SERVER, "-p", "0", "-t", T) as srv:
+    """Run cm_server -p 0 and one cm_client against it; both Results. The
+    server's -t is T_ACCEPT: its wait for the connection request includes
+    the client's start (beside a second make test, six gradings at once,
+    a server at -t 10 gave up before its client had connected)."""
+    with build.start(SERVER, "-p", "0", "-t", T_ACCEPT) as srv:
         args = ["-p", srv.port, "-t", T, "-s", SIZE, *client_args, rdma.ip]
         cli = build.run(CLIENT, *args, timeout=2 * T)
         res = srv.wait(timeout=T)
-    how = (f"server: {build.command(SERVER, '-p', srv.port, '-t', T)}\n"
+    how = (f"server: {build.command(SERVER, '-p', srv.port, '-t', T_ACCEPT)}\n"
            f"  client: {build.command(CLIENT, *args)}")
     return res, cli, how
 
