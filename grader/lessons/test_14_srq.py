@@ -261,12 +261,17 @@ def test_limit_events(ref_run):
             f"{ref_run['how']}")
     events = [i for i, (what, _) in enumerate(seq) if what == "event"]
     if not events:
+        # What the reference clients saw says whether the requests went
+        # through at all (a client that gave up before its first request
+        # leaves the SRQ full).
+        saw = "".join(f"\n  reference client {i + 1}: {v.get('error')}"
+                      for i, v in enumerate(ref_run["v"]) if not v["ok"])
         raise GradeFailure(
             f"no IBV_EVENT_SRQ_LIMIT_REACHED taken with "
             f"ibv_get_async_event(), though {sum(s['iters'])} requests "
-            f"went through an SRQ of {s['srq']} with limit {s['limit']} "
-            f"(and the server {ref_run['res'].status()})\nreproduce: "
-            f"{ref_run['how']}")
+            f"were to go through an SRQ of {s['srq']} with limit "
+            f"{s['limit']} (and the server {ref_run['res'].status()})"
+            f"{saw}\nreproduce: {ref_run['how']}")
     for j, at in enumerate(events):
         after = seq[at + 1:events[j + 1] if j + 1 < len(events) else None]
         refilled = any(w == "post" and int(f["wrs"]) > 0 and f["rc"] == "0"
