@@ -322,17 +322,18 @@ done
 # change made here to grader/ while such a VM runs may not be seen in it;
 # the warm VM (--up: the warm grader sees a changed grader file) and a
 # shell (--shell: edit here, run there) keep the course share's live view.
+course_real=$(cd "$course" && pwd -P)
 grader_share=''
-if [ $serve = 0 ] && [ $interactive = 0 ] && [ -d "$course/grader" ]; then
-	virtfs+=(-virtfs "local,path=$(cd "$course/grader" && pwd -P),mount_tag=grader,security_model=none,readonly=on,multidevs=remap")
+if [ $serve = 0 ] && [ $interactive = 0 ] && [ -d "$course_real/grader" ]; then
+	virtfs+=(-virtfs "local,path=$course_real/grader,mount_tag=grader,security_model=none,readonly=on,multidevs=remap")
 	grader_share=grader
 fi
-printf "SHARES='%s'\nCOURSE_DIR='%s'\nGRADER_SHARE='%s'\n" "$tags" "$(cd "$course" && pwd -P)" "$grader_share" >"$run/boot.sh"
+printf "SHARES='%s'\nCOURSE_DIR='%s'\nGRADER_SHARE='%s'\n" "$tags" "$course_real" "$grader_share" >"$run/boot.sh"
 verbose=${RXE_VM_VERBOSE:-0}
 [ "$verbose" = 1 ] && keep=1
 {
 	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\nVERBOSE=%s\nSERVE=%s\nIDLE=%s\nNO_RXE=%s\nDEVICES=%s\n' \
-		"$(cd "$course" && pwd -P)" "$(pwd -P)" "$interactive" "$verbose" \
+		"$course_real" "$(pwd -P)" "$interactive" "$verbose" \
 		"$serve" "${RXE_VM_IDLE:-900}" "${RXE_VM_NO_RXE:-0}" "${RXE_VM_DEVICES:-}"
 	if [ -n "$member" ]; then
 		printf 'PAIR_HOST=%s\nPEER_IP=%s\nPEER_WAIT=%s\nPAIR_MEET=%q\nPAIR_SERVE=%s\n' \
