@@ -60,7 +60,8 @@ from grader.session import pairs
 
 PROG = "srq"
 T_SERVER = "60"     # the server's waits include the reference clients' start
-T_CLIENT = "20"     # a reference client's wait for one reply (or 'G')
+T_CLIENT = "20"     # a reference client's wait for one reply
+T_GO = T_SERVER     # its wait for 'G', which includes the other clients' start
 SRQ_LIMIT_REACHED = 15      # enum ibv_event_type in <infiniband/verbs.h>
 IBV_SRQ_MAX_WR = 1          # enum ibv_srq_attr_mask
 IBV_SRQ_LIMIT = 2
@@ -103,7 +104,8 @@ def ref_run(build, rdma):
         with ExitStack() as stack:
             refs = [stack.enter_context(start_client(
                 "14", "--host", host(rdma), "--port", server.port,
-                "--iters", n, "--size", s["size"], "--timeout", T_CLIENT))
+                "--iters", n, "--size", s["size"], "--timeout", T_CLIENT,
+                "--go-timeout", T_GO))
                 for n in s["iters"]]
             verdicts = [verdict(ref, timeout=120) for ref in refs]
         res = server.wait(timeout=60)

@@ -491,7 +491,11 @@ class Session:
                           e.IBV_ACCESS_LOCAL_WRITE, 0)
         r["qpn"] = res.qp.qp_num
         theirs = self.meet(res, res.info(length=size))
+        # The server lets its clients go once all K have connected: this
+        # wait includes the other reference clients' start.
+        self.sock.settimeout(a.go_timeout or a.timeout)
         oob.sync(self.sock, b"G")
+        self.sock.settimeout(a.timeout)
         r["replies"] = 0
         for i in range(a.iters):
             req = secrets.token_bytes(size)
@@ -727,6 +731,9 @@ def main(argv=None):
     # A server's wait for the program to connect (default: --timeout): it
     # includes the program's start, slow on a loaded machine.
     p.add_argument("--accept-timeout", type=int, default=0)
+    # A client's wait for the server's 'G' (default: --timeout): the server
+    # waits for all its clients, so it includes the others' start.
+    p.add_argument("--go-timeout", type=int, default=0)  # 14, client
     p.add_argument("--clients", type=int, default=2)     # 12, server
     p.add_argument("--start", type=int, default=0)       # 12, server
     p.add_argument("--skip", type=int, default=0)        # 12, client
