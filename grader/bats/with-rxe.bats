@@ -56,7 +56,7 @@ type_and_await_exit() {
 	[ "$(cat written.txt)" = kept ]
 }
 
-@test "micro-VM: the command gets only the host variables rxe_vm_env lets through; none changes the guest's own" {
+@test "micro-VM: the command gets only the host variables rxe_vm_env lets through; none changes the guest's own; grader/ is a read-only share of its own" {
 	cd "$BATS_TEST_TMPDIR"
 	# The names the guest's stage2.sh uses for itself, and what would change
 	# its programs: a preload that here does nothing but in the guest (which
@@ -76,11 +76,18 @@ type_and_await_exit() {
 		done
 		echo "$RDMA_DEVICE $HOME $PATH $LC_ALL $PERFTEST_TRIES"
 		printf "%s\n" "$BENCH_NOTE"
+		if touch "$1/grader/.probe" 2>/dev/null; then rm "$1/grader/.probe"; echo "grader/ writable"; else echo "grader/ read-only"; fi
+		awk -v d="$1/grader" '"'"'$2 == d { split($4, o, ","); print "grader/", $3, o[1] }'"'"' /proc/mounts
 		echo "err line" >&2
-		exit 7'
+		exit 7' _ "$(cd "$COURSE" && pwd -P)"
 	assert_failure 7
+	# A one-shot VM reads the course's grader/ through a read-only share of
+	# its own (vm-setup/microvm/run.sh, the guest caches it): nothing in the
+	# VM can change the grader, and the guest does not ask the host again.
 	assert_output "rxe0 /root /usr/bin:/bin:/usr/sbin:/sbin C 7
-$note"
+$note
+grader/ read-only
+grader/ 9p ro"
 	# shellcheck disable=SC2154 # run --separate-stderr sets $stderr
 	[ "$stderr" = "err line" ]
 }
