@@ -189,6 +189,22 @@ def _fork_grade(m, out):
 PARALLEL = int(os.environ.get("MUTANTS_PARALLEL", "6"))
 
 
+# At most this many mutants of one lesson are graded at once while other
+# lessons' mutants wait to start: one lesson's programs start, connect and
+# wait alike, and six of them at once (lesson 08's, fresh-clone run 62)
+# met the same window of load together instead of spreading it.
+PER_LESSON = 2
+
+
+def _next(todo, running):
+    """The index in @todo (slowest first) of the next mutant to start: the
+    first whose lesson has fewer than PER_LESSON of @running's (mutant,
+    start) pairs, else the first."""
+    busy = [m.num for m, _ in running]
+    return next((i for i, m in enumerate(todo)
+                 if busy.count(m.num) < PER_LESSON), 0)
+
+
 def _grade_all(mutants, tmp_path, parallel):
     """Grade @mutants, @parallel at a time, the slowest (last run's times)
     first; (problems, a report of the seconds each took)."""
@@ -205,7 +221,7 @@ def _grade_all(mutants, tmp_path, parallel):
     running, took, problems = {}, {}, []
     while todo or running:
         while todo and len(running) < parallel:
-            m = todo.pop(0)
+            m = todo.pop(_next(todo, running.values()))
             running[_fork_grade(m, tmp_path / f"{m.num}-{m.name}")] = (
                 m, time.monotonic())
         pid, _ = os.wait()
@@ -222,6 +238,18 @@ def _grade_all(mutants, tmp_path, parallel):
     times_file.write_text("".join(f"{t:6.1f} s {i}\n" for i, t in
                                   sorted(last.items())) + report.splitlines()[-1] + "\n")
     return problems, report
+
+
+def test_the_next_mutant_is_of_a_lesson_not_already_graded_twice():
+    class M:
+        def __init__(self, num):
+            self.num = num
+    todo = [M("08"), M("08"), M("05"), M("08")]
+    assert _next(todo, []) == 0
+    assert _next(todo, [(M("08"), 0)]) == 0
+    assert _next(todo, [(M("08"), 0), (M("08"), 0)]) == 2
+    # every lesson left is busy: the slowest, rather than a core idle
+    assert _next(todo[:2], [(M("08"), 0), (M("08"), 0)]) == 0
 
 
 def test_host_mutants_prove_their_symptoms(tmp_path):
