@@ -125,7 +125,7 @@ def test_qp_gone(build, rdma):
 @points(2, "client vanishes after connecting: the server says so, exit 1")
 def test_client_vanishes(build, rdma):
     pairs.peer_vanishes(
-        build, rdma, PROG, ["-s", "4096", "-t", "5"],
+        build, rdma, PROG, ["-s", "4096", "-t", T],
         "server whose client left without 'done'",
         (r"out-of-band receive failed: (peer closed the connection|"
          r"Connection reset by peer)", "server stderr"))
