@@ -25,8 +25,7 @@ def _args(iters, size, t=T):
 
 
 def _peer(iters, size, corrupt=None):
-    opts = ["--iters", iters, "--size", size, "--timeout", T,
-            "--accept-timeout", T_ACCEPT]
+    opts = ["--iters", iters, "--size", size, "--timeout", T]
     if corrupt:
         opts += ["--corrupt-msg", corrupt[0], "--corrupt-offset", corrupt[1]]
     return opts

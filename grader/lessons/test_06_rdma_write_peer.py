@@ -32,8 +32,7 @@ def _size():
 def as_client(build, rdma):
     size = _size()
     return client_vs_peer(build, rdma, "06", PROG,
-                          ["--size", size, "--timeout", T,
-                           "--accept-timeout", T_ACCEPT],
+                          ["--size", size, "--timeout", T],
                           ["-s", size, "-t", T_CLIENT]) + (size,)
 
 

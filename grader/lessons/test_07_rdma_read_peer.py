@@ -32,7 +32,6 @@ def as_client(build, rdma):
     off = rand_between(0, size - 1)
     return client_vs_peer(build, rdma, "07", PROG,
                           ["--size", size, "--timeout", T,
-                           "--accept-timeout", T_ACCEPT,
                            "--corrupt-offset", off],
                           ["-s", size, "-t", T_CLIENT]) + (size,)
 

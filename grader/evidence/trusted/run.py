@@ -202,8 +202,12 @@ def client_vs_peer(build, rdma, lesson, prog, peer_opts, client_args,
     no corrupted message (expect_peer_ok, or no `corrupted` to report):
     the program is stopped once the peer has so ended (failed_already).
     False when a test grades the program by other evidence too (the
-    wire): it gets its whole wait."""
-    with start_server(lesson, *peer_opts) as peer:
+    wire): it gets its whole wait. The reference server waits T_ACCEPT
+    for the program's connect, which includes the program's start (on a
+    pair, host B's wait for host A's program: over 10 s loaded, fresh-clone
+    run 68)."""
+    with start_server(lesson, "--accept-timeout", T_ACCEPT,
+                      *peer_opts) as peer:
         before = rdma.counters()
         with build.start(prog, "--port", peer.port, *client_args,
                          peer_host(rdma), ready=None) as client:
