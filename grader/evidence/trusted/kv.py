@@ -52,6 +52,7 @@ import select
 import string
 import struct
 import sys
+import threading
 import time
 import types
 import zlib
@@ -167,6 +168,7 @@ class Conn:
         self.done = False
         self.sending = 0
         self.prev_reply = None
+        self.asking = None          # the thread asking who owns its QP
         self.log = {"requests": []}
 
 
@@ -392,15 +394,32 @@ class KvServer:
         if waiting and (self.accepted == a.clients or (
                 a.go_within and
                 now() - waiting[0].log["t_conn"] >= a.go_within)):
-            owners = program_qps([c.qpn for c in waiting], a.device)
+            # Who owns each client's QP is asked beside the serving (an
+            # `rdma` run, seconds when loaded: not inside the clients' wait
+            # for 'G', which their -t bounds); a client's BYE is answered
+            # once it is known, so its QP is still there when asked.
+            asking = threading.Thread(target=self.ask_owners,
+                                      args=(waiting,), daemon=True)
+            asking.start()
             for conn in waiting:
-                conn.log["remote_qp"] = owners[conn.qpn]
+                conn.asking = asking
             for conn in waiting:
                 oob.sync(conn.sock, b"G")
                 conn.log["t_go"] = now()
                 if self.accepted < a.clients:
                     conn.log["go_early"] = self.accepted
             self.last = now()
+
+    def ask_owners(self, conns):
+        owners = program_qps([c.qpn for c in conns], self.a.device)
+        for conn in conns:
+            conn.log["remote_qp"] = owners[conn.qpn]
+
+    def owners_asked(self, timeout=None):
+        """Wait for the kernel's answers about the clients' QPs."""
+        for conn in self.conns:
+            if conn.asking is not None:
+                conn.asking.join(timeout)
 
     def serve(self):
         a = self.a
@@ -481,6 +500,8 @@ class KvServer:
             why = f"val_len {vlen}"
         elif op == BYE:
             status = OK
+            if conn.asking is not None:
+                conn.asking.join()
             conn.done = True
             conn.log["t_end"] = t_arr
             if self.a.bench_stop:
@@ -539,6 +560,10 @@ def run_server(a, r):
         if extra:
             r["extra_tcp_bytes"] = extra
     finally:
+        # (A run that failed early: the answers it has, before the clients
+        # may go.)
+        if getattr(srv, "conns", None):
+            srv.owners_asked(timeout=15)
         lsock.close()
         for c in getattr(srv, "conns", []):
             if c.sock:
