@@ -18,9 +18,10 @@ from conftest import COURSE, need_device
 KV = COURSE / "grader/evidence/trusted/kv.py"
 
 
-def _late_pair(*server_opts, late=3.0):
+def _late_pair(*server_opts, late=3.0, ops=5):
     """A server for 2 clients, the second started `late` s after the
-    first: the server's verdict and both clients'."""
+    first, each of `ops` random operations: the server's verdict and both
+    clients'."""
     cmd = [sys.executable, str(KV)]
     server = subprocess.Popen(
         [*cmd, "server", "--clients", "2", "--buckets", "16", "--timeout",
@@ -31,7 +32,7 @@ def _late_pair(*server_opts, late=3.0):
         assert line.startswith("listening on port "), line
         port = line.split()[-1]
         client = [*cmd, "client", "--port", port, "--keys", "a,b",
-                  "--ops", "5", "--timeout", "10", "--start-timeout", "30"]
+                  "--ops", str(ops), "--timeout", "10", "--start-timeout", "30"]
         first = subprocess.Popen(client, stdout=subprocess.PIPE, text=True,
                                  cwd=COURSE)
         time.sleep(late)
@@ -65,3 +66,22 @@ def test_without_go_within_all_go_together():
     first, second = srv["clients"]
     assert "go_early" not in first, first
     assert first["t_go"] >= second["t_conn"], (first, second)
+
+
+@pytest.mark.device
+@pytest.mark.timeout(120)
+def test_a_foreign_reply_sent_before_the_other_client_connected():
+    # --foreign-every: before a reply, one with another client's id. With
+    # an early 'G' the other client has no QP number yet; the server once
+    # packed None and died (struct.error), and the late client found
+    # nobody listening (fresh-clone run 70, 15/no-client-match). It now
+    # makes one up. The reference client takes no foreign reply: it says
+    # so, and the server sees it leave. (60 operations:
+    # a third request, seq 3, the first that gets a foreign reply, however
+    # many of them are GETs, which are READs the server never sees.)
+    need_device()
+    one, two, srv = _late_pair("--go-within", "1", "--foreign-every", "2",
+                               ops=60)
+    assert "expected op" in (one["error"] or ""), one
+    assert "closed its TCP connection before its BYE" in (
+        srv["error"] or ""), srv

@@ -77,6 +77,20 @@ def test_a_result_for_a_request_the_server_never_received_is_a_reply_taken():
     assert "op 3" in got[1][1] and "never received" in got[1][1]
 
 
+def test_a_client_the_server_never_let_go_is_named_not_a_crash():
+    # The reference server ended before its 'G' to this client (fresh-clone
+    # run 70: the grader's KeyError 't_go' was all the failure said).
+    ops = [{"op": "put", "key": "a", "value": "1"}]
+    server, out = _client_run([], ["put a: ok (slot 4, version 2)"])
+    del server["clients"][0]["t_go"]
+    server["error"] = "struct.error: required argument is not an integer"
+    got = check_client_vs_server(server, 7, ops, out, "client 1",
+                                 partial=True)
+    assert [k for k, _ in got] == ["request"], got
+    assert "never let it go ('G')" in got[0][1]
+    assert "struct.error" in got[0][1]
+
+
 def test_an_unreceived_request_answered_like_its_predecessor_is_stale():
     # Every result looks the same, so only the missing request shows it.
     ops = [{"op": "del", "key": k} for k in ("x", "y", "z")]

@@ -536,7 +536,10 @@ class KvServer:
             self.counts["dups"] += 1
         if self.a.foreign_every and seq % self.a.foreign_every == 1 and \
                 seq > 1:
-            others = [c.qpn for c in self.conns if c is not conn]
+            # (A client not connected yet has no QP number: with an
+            # early 'G' it is still starting.)
+            others = [c.qpn for c in self.conns
+                      if c is not conn and c.qpn is not None]
             other = others[0] if others else (conn.qpn ^ 0x5a5a) or 1
             fake_value = got[::-1] if got else b"foreign"
             fake = MSG.pack(op, OK, klen, len(fake_value), seq, other,

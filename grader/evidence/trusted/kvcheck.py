@@ -225,6 +225,9 @@ def check_client_vs_server(server, qpn, ops, stdout, who, partial=False):
         return [("request", f"{who}: the reference server received "
                  f"{len(reqs)} requests; expected the {len(want)} of its "
                  f"ops and a BYE")]
+    if "t_go" not in conn:
+        return [("request", f"{who}: the reference server never let it go "
+                 f"('G'): it ended first ({server.get('error')})")]
     problems = []
     writes = server.get("writes", [])
     by_sv = {(w["slot"], w["version"]): w for w in writes}
