@@ -160,6 +160,8 @@ class Result:
         self.stdout = stdout
         self.stderr = stderr
         self.duration = duration
+        # When the grader saw it end (time.monotonic(); made at the reap).
+        self.ended = time.monotonic()
         self.timed_out = timed_out
         self.timeout = timeout
         self.signal = (signal_name(-returncode)

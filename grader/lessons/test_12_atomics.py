@@ -310,7 +310,7 @@ def test_unaligned(build, rdma, spy_lib):
             raise GradeFailure(f"the interposer saw no fetch-and-add at an "
                                f"address 4 bytes off alignment refused with "
                                f"EINVAL (it saw {faa})")
-    pairs.clean_failure(srv, "server whose client failed", 30)
+    pairs.clean_failure(srv, "server whose client failed", 30, after=cli)
 
 
 @points(1, "no server: 'cannot connect', exit 1")

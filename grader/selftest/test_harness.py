@@ -366,3 +366,20 @@ def test_the_read_only_view_is_made_and_a_killed_sessions_is_swept(tmp_path):
         c.close()
     assert not mounted(str(c.nsfile)) and not c.nsfile.exists()
     assert STATE.is_dir()
+
+
+def test_a_server_is_timed_from_its_peers_end_not_its_own_start():
+    """pairs.clean_failure(..., after=peer): a server whose whole run held
+    its client's slow start still passes if it gave up at once after the
+    client failed; one that lingered past the bound does not."""
+    from grader.session.pairs import clean_failure
+    cli = harness.Result(["cli"], 1, "", "failed\n", 25.0, False, 30)
+    srv = harness.Result(["srv"], 1, "", "peer gone\n", 31.0, False, 60)
+    srv.ended = cli.ended + 0.5
+    with pytest.raises(GradeFailure, match=r"took 31\.0 s to give up"):
+        clean_failure(srv, "server", 30)
+    clean_failure(srv, "server", 30, after=cli)
+    srv.ended = cli.ended + 31
+    with pytest.raises(GradeFailure,
+                       match=r"took 31\.0 s after its peer ended"):
+        clean_failure(srv, "server", 30, after=cli)
