@@ -11,6 +11,12 @@ import subprocess
 import time
 from pathlib import Path
 
+# One `rdma -j resource show` run, a backstop for a hang: it takes a fraction
+# of a second quiet, and over 10 s (the bound before) beside a second make
+# test, where a correct kv_client lost 6 points to the timeout (fresh-clone
+# run 80). Host B of a pair waits this long and 15 s more for host A's answer.
+RDMA_TIMEOUT = 60
+
 
 def kernel_qps(qpns, device):
     """What `rdma -j resource show qp` says about each QP in `qpns` of
@@ -23,7 +29,8 @@ def kernel_qps(qpns, device):
     found = dict.fromkeys(qpns)
     try:
         out = subprocess.run(["rdma", "-j", "resource", "show", "qp"],
-                             capture_output=True, text=True, timeout=10).stdout
+                             capture_output=True, text=True,
+                             timeout=RDMA_TIMEOUT).stdout
         for q in json.loads(out or "[]"):
             if q.get("lqpn") in found and q.get("ifname") == device:
                 found[q["lqpn"]] = {k: q.get(k) for k in (
@@ -53,12 +60,13 @@ def program_qp(qpn, device):
     _asked += 1
     path = Path(job) / f"qp-{_asked}.json"
     print(f"peer-asks-qp {_asked} {qpn}", flush=True)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + RDMA_TIMEOUT + 15
     while time.monotonic() < deadline:
         if path.exists():
             return json.loads(path.read_text())
         time.sleep(0.02)
-    return {"error": "host A did not answer the peer's QP question in 15 s"}
+    return {"error": "host A did not answer the peer's QP question in "
+                     f"{RDMA_TIMEOUT + 15} s"}
 
 
 def program_qps(qpns, device):
@@ -90,7 +98,7 @@ def kernel_srq_of(qpn, device):
     try:
         out = subprocess.run(["rdma", "-j", "resource", "show", "srq"],
                              capture_output=True, text=True,
-                             timeout=10).stdout
+                             timeout=RDMA_TIMEOUT).stdout
         for srq in json.loads(out or "[]"):
             qpns = _qpn_ranges(srq.get("lqpn", []))
             if qpn in qpns and srq.get("ifname") == device:
