@@ -158,25 +158,6 @@ class FakePeer:
         return socket.create_connection((host, port), timeout=30)
 
 
-# The program's server in pair() runs with -t T_SERVER, the client with the
-# lesson's -t (10). The server's first wait, for the client's connect, holds
-# the difference of the two starts: seconds in a loaded sandbox, and over
-# 10 s beside a second make test, six gradings at once (fresh-clone run 77:
-# mutant 06/plain-write's server gave up with 'no client connected within
-# 10 s' and showed no symptom). Its later waits (a completion that never
-# comes) end at -t too, so pair() waits for it RUN_OUT s past the client.
-T_SERVER = "30"
-RUN_OUT = 60
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("0.0.0.0", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def clean_failure(res, what, within, after=None):
     """A fault must end in a non-zero exit of its own, within seconds: of
     its start, or of the end of @after (the Result of the peer whose
