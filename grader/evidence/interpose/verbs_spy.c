@@ -36,11 +36,12 @@
  *   get_device_guid node_guid=0x...
  *   post_send qpn=Q opcode=O len=N num_sge=K wr_id=W flags=0xF
  *             sge0=ADDR:LEN:LKEY [sge1=...] raddr=0x.. rkey=0x..
- *             cmp=0x.. swap=0x.. rc=R cpu=NS  (rc: what ibv_post_send
- *             returned; cpu: the process's CPU time so far, all threads)
+ *             cmp=0x.. swap=0x.. rc=R cpu=NS [run=NS at=NS]  (rc: what
+ *             ibv_post_send returned; cpu: the process's CPU time so far,
+ *             all threads; run, at: with $VERBS_SPY_EMPTY, see below)
  *   post_recv qpn=Q wr_id=W len=N rc=R
  *   poll_cq wc opcode=O status=S len=N qpn=Q wr_id=W [old=0x..] [sum=0x..]
- *             [vcsw=N] cpu=NS
+ *             [vcsw=N] cpu=NS [run=NS at=NS]
  *   poll_empty  (only with $VERBS_SPY_EMPTY, see below)
  *             (old: an atomic's old value, as it landed in the program's
  *             buffer; sum: FNV-1a of what a READ brought)
@@ -104,7 +105,13 @@
  * poll_cq line then also says vcsw=N: the calling thread's voluntary
  * context switches so far (getrusage(RUSAGE_THREAD)): a thread that slept
  * between two completions without the channel (a nap before it looked)
- * has more of them; one the scheduler took the CPU from has not.
+ * has more of them; one the scheduler took the CPU from has not. The
+ * post_send and poll_cq lines then also say run=NS, the time every thread
+ * of the process has been runnable so far (running, or waiting for a CPU:
+ * the first two fields of /proc/self/task/T/schedstat, summed; left out
+ * when they cannot be read), and at=NS, CLOCK_MONOTONIC: a thread that
+ * spins is runnable all the time, however many others share its CPU,
+ * while one that sleeps on the channel is not (lesson 10).
  *
  * $VERBS_SPY_NODE_GUID=HEX makes ibv_get_device_guid() and
  * ibv_query_device() return that node GUID:
@@ -123,6 +130,7 @@
  * ibv_open_device() is wrapped to put our functions in that table.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <endian.h>
 #include <fcntl.h>
@@ -471,6 +479,45 @@ static uint64_t cpu_ns(void)
 
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/* " run=NS at=NS" into buf (see $VERBS_SPY_EMPTY), or "" when
+ * /proc/self/task cannot be read. */
+static void runnable(char *buf, size_t size)
+{
+	unsigned long long run = 0, exec_ns, delay_ns;
+	char path[288], text[128];
+	struct dirent *d;
+	DIR *dir;
+	ssize_t got;
+	int fd, ok = 0;
+
+	buf[0] = 0;
+	dir = opendir("/proc/self/task");
+	if (!dir)
+		return;
+	while ((d = readdir(dir))) {
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat",
+			 d->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		got = read(fd, text, sizeof(text) - 1);
+		close(fd);
+		if (got <= 0)
+			continue;
+		text[got] = 0;
+		if (sscanf(text, "%llu %llu", &exec_ns, &delay_ns) != 2)
+			continue;
+		run += exec_ns + delay_ns;
+		ok = 1;
+	}
+	closedir(dir);
+	if (ok)
+		snprintf(buf, size, " run=%llu at=%llu", run,
+			 (unsigned long long)now_ns());
 }
 
 #define REAL(name) \
@@ -1151,12 +1198,21 @@ static int lookup(uint32_t qpn, uint64_t wr_id)
 	return found;
 }
 
+static int empty_wanted(void)
+{
+	static int v = -1;
+
+	if (v < 0)
+		v = spy_env("VERBS_SPY_EMPTY") != NULL;
+	return v;
+}
+
 static int spy_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			 struct ibv_send_wr **bad)
 {
 	const char *payload = spy_env("VERBS_SPY_PAYLOAD");
 	struct ibv_send_wr *w;
-	char sges[128];
+	char sges[128], run[64];
 	uint32_t len;
 	size_t off;
 	int i, rc, n;
@@ -1202,9 +1258,12 @@ static int spy_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		}
 		if (!n)
 			sges[0] = 0;
+		run[0] = 0;
+		if (empty_wanted())
+			runnable(run, sizeof(run));
 		record("post_send qpn=%u opcode=%d len=%u num_sge=%d wr_id=%llu "
 		       "flags=0x%x%s raddr=0x%llx rkey=0x%x cmp=0x%llx "
-		       "swap=0x%llx rc=%d cpu=%llu\n",
+		       "swap=0x%llx rc=%d cpu=%llu%s\n",
 		       qp->qp_num, w->opcode, len, w->num_sge,
 		       (unsigned long long)w->wr_id, w->send_flags, sges,
 		       (unsigned long long)(w->opcode >= IBV_WR_ATOMIC_CMP_AND_SWP &&
@@ -1217,7 +1276,7 @@ static int spy_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			       : w->wr.rdma.rkey,
 		       (unsigned long long)w->wr.atomic.compare_add,
 		       (unsigned long long)w->wr.atomic.swap, rc,
-		       (unsigned long long)cpu_ns());
+		       (unsigned long long)cpu_ns(), run);
 	}
 	return rc;
 }
@@ -1239,19 +1298,10 @@ static int spy_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 	return rc;
 }
 
-static int empty_wanted(void)
-{
-	static int v = -1;
-
-	if (v < 0)
-		v = spy_env("VERBS_SPY_EMPTY") != NULL;
-	return v;
-}
-
 static int spy_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	int got = real_poll_cq(cq, n, wc), i, k;
-	char extra[64];
+	char extra[64], run[64] = "";
 
 	for (i = 0; i < got; i++) {
 		extra[0] = 0;
@@ -1279,11 +1329,13 @@ static int spy_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 					 sizeof(extra) - strlen(extra),
 					 " vcsw=%ld", ru.ru_nvcsw);
 		}
+		if (empty_wanted())
+			runnable(run, sizeof(run));
 		record("poll_cq wc opcode=%d status=%d len=%u qpn=%u wr_id=%llu%s "
-		       "cpu=%llu\n",
+		       "cpu=%llu%s\n",
 		       wc[i].opcode, wc[i].status, wc[i].byte_len,
 		       wc[i].qp_num, (unsigned long long)wc[i].wr_id, extra,
-		       (unsigned long long)cpu_ns());
+		       (unsigned long long)cpu_ns(), run);
 		stats_wc(&wc[i]);
 	}
 	if (got == 0 && empty_wanted())
