@@ -195,7 +195,7 @@ def test_lost_wakeup(build, rdma):
 CPU_ITERS = 5
 PACE_MS = 200
 CPU_RATIO = 1 / 3
-RUN_SHARE = 1 / 2
+RUN_SHARE = 9 / 10
 
 
 def _cpu_ns(pid):
@@ -309,9 +309,11 @@ def test_cpu(cpu_runs):
     # is charged to the program) while poll mode's share of the CPU
     # shrinks: beside a second make test the two came within 0.35 (fresh-
     # clone run 81). A spinning thread is runnable all through the window
-    # however slow the machine, a sleeping one only while it works: event
-    # mode fails when it used more than a third of poll mode's CPU and was
-    # runnable for more than half the window (or the share is unknown).
+    # however slow the machine (poll mode: 100-118%), a sleeping one only
+    # while it works and waits for a CPU after each wake (the solution 2-3%
+    # quiet, 50% beside a second make test, fresh-clone run 89): event mode
+    # fails when it used more than a third of poll mode's CPU and was
+    # runnable for more than 9/10 of the window (or the share is unknown).
     wall = {mode: run["wall"] for mode, run in cpu_runs.items()}
     share = {mode: run["runnable"] for mode, run in cpu_runs.items()}
     if not used["event"] <= CPU_RATIO * used["poll"] and not (
@@ -331,7 +333,7 @@ def test_cpu(cpu_runs):
             f"  poll mode:  {line('poll')}\n"
             f"  event mode: {line('event')}\n"
             f"expected event mode to use at most a third of poll mode's CPU "
-            f"or to be runnable at most half the time (spinning through the "
+            f"or to be runnable at most 9/10 of the time (spinning through the "
             f"same waits uses as much as poll mode and is runnable all the "
             f"time): does event mode sleep in poll() on the channel's fd, "
             f"or spin?")
