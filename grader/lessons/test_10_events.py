@@ -44,7 +44,7 @@ import pytest
 
 from grader import GradeFailure, expect, expect_line, expect_match, points
 from grader.evidence.interpose import Spy, build_interposer
-from grader.evidence.interpose.waits import pong_waits
+from grader.evidence.interpose.waits import pong_waits, runnable_share
 from grader.session.pairs import host
 from grader.evidence.trusted.run import (PEER_START, T_ACCEPT, expect_owner,
                                          expect_peer_ok, peer_host,
@@ -251,25 +251,11 @@ def _timed_client(build, rdma, mode):
                            f"no completion taken ({spy.describe()})")
     return dict(res=res, total=total, wall=w1 - w0,
                 window=(max(done) - min(posts)) / 1e9,
-                runnable=_runnable(spy),
+                runnable=runnable_share(spy.calls()),
                 at0=None if at0 is None else at0 / 1e9,
                 waits=pong_waits(spy.calls()),
                 how=f"{spy.describe()} " + build.command(
                     PROG, "--port", "PORT", *args, peer_host(rdma)))
-
-
-def _runnable(spy):
-    """The share of the window (first ibv_post_send() to last completion)
-    in which the program's threads were runnable, summed (running or
-    waiting for a CPU: /proc's schedstat, read by the interposer at each
-    end), or None when it could not read it."""
-    marks = [(int(c["at"]), int(c["run"])) for name, c in spy.calls()
-             if "run" in c and "at" in c and (
-                 name == "post_send" or
-                 (name == "poll_cq" and c.get("status") == "0"))]
-    if len(marks) < 2 or marks[-1][0] <= marks[0][0]:
-        return None
-    return (marks[-1][1] - marks[0][1]) / (marks[-1][0] - marks[0][0])
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ passes whatever the scheduler did to it (a fresh-clone make test at load
 events for 5 pongs and lost 3 points when the test counted events); a
 program that naps or spins between polls fails however its naps fall."""
 
-from grader.evidence.interpose.waits import pong_waits
+from grader.evidence.interpose.waits import pong_waits, runnable_share
 
 SEND, RECV = "0", "128"
 
@@ -66,3 +66,19 @@ def test_only_the_pongs_waits_are_judged():
 def test_a_long_wait_is_shown_short():
     why, = pong_waits(_record(*("EAEG" * 50 + "E")))
     assert "more)" in why and len(why) < 400
+
+
+def test_the_runnable_share_is_of_the_first_post_to_the_last_completion():
+    calls = [("post_recv", {}),
+             ("post_send", {"at": "1000", "run": "50"}),
+             ("poll_empty", {}),
+             ("poll_cq", {"status": "5", "at": "9000", "run": "9000"}),
+             ("poll_cq", {"status": "0", "at": "3000", "run": "550"}),
+             ("get_cq_event", {"rc": "0"})]
+    # 500 ns runnable of 2000: the failed completion is no end of it
+    assert runnable_share(calls) == 0.25
+
+
+def test_no_readings_no_share():
+    assert runnable_share(_record(*"EAEG")) is None
+    assert runnable_share([("post_send", {"at": "1", "run": "1"})]) is None

@@ -1,7 +1,9 @@
 """The shape of a program's waits for completions, from an interposer
 record taken with VERBS_SPY_EMPTY=1 (verbs_spy.c: `poll_empty` once per
 run of polls that found nothing, `req_notify_cq`, `get_cq_event`, and
-`vcsw=` on each completion, the thread's voluntary context switches).
+`vcsw=` on each completion, the thread's voluntary context switches, and
+`run=`/`at=` on each post and completion, how long the threads have been
+runnable and when).
 
 Lesson 10's event mode waits correctly when each wait that finds nothing
 arms the CQ, polls once more and sleeps on the channel until its event. A
@@ -63,3 +65,19 @@ def _wait_problem(seg, before, wc):
                 f"{wc.get('vcsw')} voluntary context switches): it waited "
                 f"without the channel before it looked")
     return ""
+
+
+def runnable_share(calls):
+    """The share of the window (the first post_send to the last successful
+    completion) in which the program's threads were runnable, summed
+    (running or waiting for a CPU: /proc's schedstat, read by the
+    interposer at each end), or None when the record has no such
+    readings. A thread that spins is runnable all of the window at any
+    load; one that sleeps on the channel only while it works."""
+    marks = [(int(c["at"]), int(c["run"])) for name, c in calls
+             if "run" in c and "at" in c and (
+                 name == "post_send" or
+                 (name == "poll_cq" and c.get("status") == "0"))]
+    if len(marks) < 2 or marks[-1][0] <= marks[0][0]:
+        return None
+    return (marks[-1][1] - marks[0][1]) / (marks[-1][0] - marks[0][0])
