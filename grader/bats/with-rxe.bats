@@ -189,7 +189,7 @@ PY
 	assert_failure
 }
 
-@test "warm grader: make grade is a session of the resident grader; a changed grader file warms it again; nothing of a grading outlives it" {
+@test "warm grader: make grade is a session of the resident grader; a regrade is the session made ready ahead; a changed grader file warms it again; nothing of a grading outlives it" {
 	cd "$COURSE"
 	run make --no-print-directory vm-up
 	assert_success
@@ -202,6 +202,13 @@ PY
 	run log
 	assert_line --regexp '^[0-9:]+ session [0-9]+ started: .*--test=bad_host'
 	assert_line --regexp '^[0-9:]+ session [0-9]+ ended: exit 0'
+	# The same grading again (a student's regrade): the session made
+	# ready ahead once the first ended (server.py --ahead) takes it.
+	run make --no-print-directory grade LESSON=05 SRC=solutions TEST=bad_host
+	assert_success
+	assert_output --partial "Score: 1/1"
+	run log
+	assert_line --regexp '^[0-9:]+ session [0-9]+ started \(made ready ahead\): .*--test=bad_host'
 	# A grading whose program leaves a daemon behind (hostile/daemon.c: a
 	# setsid double fork): gone with its session, before the next command
 	# of the same job (whose own clean-up would hide a leftover).

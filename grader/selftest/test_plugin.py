@@ -904,3 +904,111 @@ def test_fixtures_are_looked_for_once_in_what_the_warm_process_has():
     other = types.ModuleType("test_never_scanned")
     other.given = given
     assert fixtures.dir(other) == dir(other)
+
+
+def test_a_regrade_goes_to_the_session_made_ready_ahead(course, tmp_path):
+    """The warm VM's grader (server.py --ahead) forks the grading it just
+    ran again, to wait configured and collected at its gate: the same
+    request again (another --results file) is handed to it and grades as
+    a fresh session does, into its own stdout and results file. A changed
+    lesson.toml or another request gets a fresh session; one that ended
+    before its request (a usage error) is replaced by a fresh one that
+    shows the error; none outlives the server."""
+    import shutil
+    from grader.core.build import grader_program
+    root = tmp_path / "course"
+    shutil.copytree(course, root, symlinks=True)
+    d = tmp_path / "server"
+    d.mkdir(mode=0o700)
+    sock, log = d / "sock", d / "log"
+    client = str(grader_program(COURSE, "session/client.c"))
+    with open(log, "w") as f:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "grader.session.server", "--ahead",
+             str(sock)], cwd=COURSE, stdout=f, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+    def lines(what):
+        return [x for x in log.read_text().splitlines() if what in x]
+
+    def wait_for(what, n):
+        deadline = time.monotonic() + 120
+        while len(lines(what)) < n:
+            assert server.poll() is None and time.monotonic() < deadline, \
+                f"no {n} x {what!r}:\n" + log.read_text()
+            time.sleep(0.1)
+
+    env = {"PATH": os.environ["PATH"], "GRADER_SERVER": str(sock),
+           "PYTHONPATH": str(COURSE)}
+    runs = []
+
+    def request(test, lesson="90"):
+        out = tmp_path / f"out{len(runs)}"
+        out.mkdir()
+        # (make grade's transcripts go to one place; its results to a
+        # directory of their own each time)
+        args = [str(tmp_path / "t") if a == str(out / "t") else a
+                for a in session_args(root, out)]
+        args += [f"--lesson={lesson}", f"--test={test}"]
+        res = subprocess.run([client, sys.executable, "--", *args],
+                             cwd=root, env=env, stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=300)
+        runs.append(res)
+        return res, out, re.sub(r"\([0-9.]+s\)", "", res.stdout)
+
+    def ahead():
+        return len(lines("started (made ready ahead)"))
+
+    try:
+        wait_for("grader server ready", 1)
+        first, out0, shown = request("test_pass")
+        assert first.returncode == 0 and "Score: 3/3" in shown, \
+            first.stdout + first.stderr
+        wait_for("made ready ahead", 1)
+        again, out1, shown1 = request("test_pass")
+        assert ahead() == 1, log.read_text()
+        assert (again.returncode, shown1, again.stderr) == \
+            (first.returncode, shown, first.stderr)
+        got = json.loads((out1 / "results.json").read_text())
+        assert [(t["name"], t["score"]) for t in got["tests"]] == \
+            [(t["name"], t["score"]) for t in json.loads(
+                (out0 / "results.json").read_text())["tests"]]
+        assert got["score"] == 3, got
+        # A changed lesson.toml: a fresh session reads it.
+        wait_for("made ready ahead", 2)
+        toml = root / "lessons" / "90-good" / "lesson.toml"
+        toml.write_text(toml.read_text().replace("A good lesson",
+                                                 "A renamed lesson"))
+        fresh, _, shown2 = request("test_pass")
+        assert "A renamed lesson" in shown2, shown2
+        assert ahead() == 1, log.read_text()
+        # Another request: a fresh session; the one made ready is ended.
+        wait_for("made ready ahead", 3)
+        other, _, shown3 = request("test_wrong")
+        assert "prints hello 43 ... FAIL" in shown3, shown3
+        assert ahead() == 1, log.read_text()
+        # A collection's usage error waits at the gate like any other,
+        # and reaches the request's own stderr.
+        for n in (1, 2):
+            bad, _, _ = request("no_such_test")
+            assert bad.returncode == 4 and "no test matches" in bad.stderr, \
+                bad.stdout + bad.stderr
+        assert ahead() == 2, log.read_text()
+        # One that ends before its request (a configuration's usage
+        # error): the next request is fresh and shows it.
+        for n in (1, 2):
+            bad, _, _ = request("test_pass", lesson="99")
+            assert bad.returncode == 4 and "no lesson '99'" in bad.stderr, \
+                bad.stdout + bad.stderr
+            wait_for("made ready ahead ended: exit 4", n)
+        assert ahead() == 2, log.read_text()
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()
+    # Nothing of it is left: the session made ready ahead ends when its
+    # gate's other end (the server) is gone.
+    deadline = time.monotonic() + 30
+    while subprocess.run(["pgrep", "-f", str(sock)],
+                         capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "a session outlived the server"
+        time.sleep(0.2)

@@ -10,9 +10,11 @@ tree, its cgroup, its sandbox's cgroup, mount namespace and scratch.
 
 import builtins
 import importlib
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import warnings
@@ -199,20 +201,65 @@ def _start_from_prepared():
 
 GO = b"g"
 _gate = None        # fork_session(gate=): read before the session's first test
+_stand_ins = None   # fork_session(ahead=True): its stdio's (st_dev, st_ino)
 
 
 def pass_gate():
     """In a session forked with a gate: wait until the process that forked
     it lets it run its tests (the warm grader, once it has found no grader
-    file changed since it imported them); end at once if it never will."""
+    file changed since it imported them); end at once if it never will.
+
+    A session made ready ahead (fork_session(ahead=True)) was forked before
+    anyone asked for it: its gate is a socket, and the word that lets it
+    run brings the request's stdin, stdout and stderr (they replace its
+    stand-ins everywhere, pytest's saved copies of them included) and a
+    JSON object of what the request changes (server.py: {"results": PATH});
+    that object is returned. Otherwise None."""
     global _gate
     if _gate is None:
-        return
+        return None
     fd, _gate = _gate, None
-    go = os.read(fd, 1) == GO
-    os.close(fd)
-    if not go:
+    if _stand_ins is None:
+        go = os.read(fd, 1) == GO
+        os.close(fd)
+        if not go:
+            os._exit(75)
+        return None
+    sock = socket.socket(fileno=fd)
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
+    except OSError:
+        msg, fds = b"", []
+    sock.close()
+    if not msg or len(fds) != 3:
         os._exit(75)
+    take_stdio(fds)
+    return json.loads(msg)
+
+
+def take_stdio(fds):
+    """Put the descriptors `fds` (stdin, stdout, stderr) in place of this
+    session's stand-ins (_stand_ins): at 0, 1 and 2, and wherever a copy of
+    a stand-in is open (pytest's capture keeps one of each to restore after
+    every test, its faulthandler one of stderr)."""
+    global _stand_ins
+    sys.stdout.flush()
+    sys.stderr.flush()
+    which = {ident: new for ident, new in zip(_stand_ins, fds)}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in fds:
+            continue
+        try:
+            st = os.fstat(fd)
+        except OSError:             # (listdir's own descriptor)
+            continue
+        new = which.get((st.st_dev, st.st_ino))
+        if new is not None:
+            os.dup2(new, fd, inheritable=fd <= 2)
+    for fd in fds:
+        os.close(fd)
+    _stand_ins = None
 
 
 def session_cgroup(group, name):
@@ -232,14 +279,18 @@ def session_cgroup(group, name):
 
 
 def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
-                 log=None, closing=(), setsid=True, entry=None, gate=None):
+                 log=None, closing=(), setsid=True, entry=None, gate=None,
+                 ahead=False):
     """Fork a pytest session running pytest.main(args) (or entry(args));
     its pid. `stdio`: descriptors for its stdin, stdout and stderr; `log`:
     a file for its stdout and stderr instead. It leads a session of its
     own (unless not `setsid`), in `cgroup` when given; `env` replaces the
     environment, `cwd` the directory; `closing`: the forking process's
     descriptors (or sockets) it closes; `gate`: a pipe's reading end from
-    which it reads GO before its first test (pass_gate)."""
+    which it reads GO before its first test (pass_gate). `ahead`: a
+    session made ready before it is asked for; `gate` is a socket, and
+    `stdio` stand-ins (three distinct pipes) that the descriptors its GO
+    brings replace."""
     import pytest
     sys.stdout.flush()
     sys.stderr.flush()
@@ -247,7 +298,7 @@ def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
     if pid:
         return pid
     code = 70
-    global _gate
+    global _gate, _stand_ins
     if gate is not None:        # (a shard forked by shards.run keeps its
         _gate = gate            # session's gate: each reads its own GO)
     try:
@@ -279,6 +330,9 @@ def fork_session(args, stdio=None, cwd=None, env=None, cgroup=None,
             sys.stdin = open(0, "r", closefd=False)
             sys.stdout = open(1, "w", buffering=1, closefd=False)
             sys.stderr = open(2, "w", buffering=1, closefd=False)
+        if ahead:
+            _stand_ins = [(st.st_dev, st.st_ino) for st in
+                          (os.fstat(fd) for fd in (0, 1, 2))]
         if cwd is not None:
             os.chdir(cwd)
         if env is not None:

@@ -244,8 +244,13 @@ class Grader:
 
     def pytest_collection_finish(self, session):
         # A warm grader's session: its tests wait for the grader's word
-        # that no grader file changed (server.py).
-        forked.pass_gate()
+        # that no grader file changed (server.py). A session it made ready
+        # ahead of the request gets the request's own output file too, and
+        # its time starts now.
+        word = forked.pass_gate()
+        if word is not None:
+            self.results_path = word.get("results") or self.results_path
+            self.started = time.monotonic()
 
     def selected(self, item, title):
         """TEST=NAME: the tests whose name or title has NAME; TEST='!NAME':

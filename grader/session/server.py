@@ -2,7 +2,7 @@
 session starts at once instead of importing Python's pytest, the grader
 and pyverbs again (about 10 s under the VM's emulation).
 
-    python3 -m grader.session.server SOCKET
+    python3 -m grader.session.server [--ahead] SOCKET
 
 vm-setup/microvm/stage2.sh starts it, as root, when a warm VM comes up.
 It imports pytest, the grader and every lesson's tests once, forks the
@@ -22,6 +22,16 @@ ended. A client that hangs up first has its session ended. When a file of
 grader/ changed since the warm-up the reply is `{"stale": WHY}` instead: the
 client grades the cold way, and the server warms up again (it re-executes
 itself once no session runs).
+
+With --ahead (the warm VM's server: a student's make grade, make watch)
+the next session is made ready before it is asked for: once a session of
+one lesson (one shard) ended, the same grading is forked again and runs
+pytest's configuration and collection (about 1.5 s of a one-test regrade
+in the VM), then waits at its gate. A request that asks for the same
+grading - the same arguments but for its --results file, the same
+directory and environment, the lesson's lesson.toml unchanged - is handed
+to it (its descriptors and results file with the gate's word,
+forked.pass_gate); any other request ends it and is forked as before.
 """
 
 import json
@@ -88,9 +98,67 @@ def changed(before, after):
             + " changed since the warm grader started")
 
 
+def _results_free(argv):
+    """argv without the value of its --results option (a fresh output
+    directory per make grade), and that value."""
+    out, results, value = [], None, False
+    for a in argv:
+        if value:
+            results, a, value = a, "", False
+        elif a == "--results":
+            value = True
+        elif a.startswith("--results="):
+            results, a = a.split("=", 1)[1], "--results="
+        out.append(a)
+    return out, results
+
+
+def _lesson_files(argv, env):
+    """The lesson.toml (size and mtime) a session of argv reads while it
+    collects: a session made ready ahead of its request read it then."""
+    out = []
+    root = Path(shards._opt(argv, "course-root") or COURSE)
+    for num in shards.lessons_of(argv):
+        for d in sorted((root / "lessons").glob(f"{num}-*")):
+            try:
+                st = (d / "lesson.toml").stat()
+                out.append((str(d), st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append((str(d), None, None))
+    return out
+
+
+class Ahead:
+    """A session forked before its request (--ahead): it waits at its gate
+    (a socket) with stand-ins for its stdio."""
+
+    def __init__(self, req, pid, cgroup, gate, stand_ins):
+        self.req, self.pid, self.cgroup = req, pid, cgroup
+        self.gate, self.stand_ins = gate, stand_ins
+        self.key = Ahead.key_of(req)
+
+    @staticmethod
+    def key_of(req):
+        argv, _ = _results_free(req["argv"])
+        return (argv, req["cwd"], sorted(req["env"].items()),
+                _lesson_files(req["argv"], req["env"]))
+
+    def close(self):
+        for fd in self.stand_ins:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.stand_ins = []
+        self.gate.close()
+
+
 class Server:
-    def __init__(self, path):
+    def __init__(self, path, ahead=False):
         self.path = path
+        self.ahead_on = ahead
+        self.ahead = None           # Ahead, when one waits
+        self.requests = {}          # pid -> its request (argv, cwd, env)
         self.sessions = {}          # pid -> (connection or None, cgroup)
         self.conns = {}             # connection -> pid
         self.count = 0
@@ -144,6 +212,7 @@ class Server:
             pass
         while True:
             if self.stale and not self.sessions:
+                self.end_ahead()
                 # Warming first, then no socket, then no listener: a client
                 # that connects meanwhile waits (client.c) instead of
                 # meeting a socket nobody listens on (ECONNREFUSED: it went
@@ -193,6 +262,9 @@ class Server:
             req = json.loads(msg)
             argv, cwd, env = req["argv"], req["cwd"], dict(req["env"])
             env[zygote.Zygote.ENV] = self.zygote_path
+            req = {"argv": argv, "cwd": cwd, "env": env}
+            if self.hand_to_ahead(conn, req, fds):
+                return
             self.count += 1
             cg = forked.session_cgroup(self.group, f"s{self.count}")
             # The session starts (pytest's configuration and collection,
@@ -215,6 +287,7 @@ class Server:
             os.write(gate_w, forked.GO * 8)     # (a shard each, up to 3)
             os.close(gate_w)
             self.sessions[child] = (conn, cg)
+            self.requests[child] = req
             self.conns[conn] = child
             self.log(f"session {child} started: {' '.join(argv)[-120:]}")
             conn.send(json.dumps({"pid": child}).encode())
@@ -226,6 +299,87 @@ class Server:
         finally:
             for fd in fds:
                 os.close(fd)
+
+    # -- a session made ready ahead (--ahead) --
+    def aheadable(self, req):
+        """Whether the grading `req` is made ready again once it ended: a
+        session of one shard (shards.run forks none), with the server's
+        --ahead."""
+        return (self.ahead_on and not self.stale and not self.sessions
+                and (len(shards.lessons_of(req["argv"])) == 1
+                     or len(shards.devices(req["env"])) < 2))
+
+    def start_ahead(self, req):
+        """Fork the grading `req` again, to wait at its gate (a socket) with
+        stand-ins for its stdin, stdout and stderr: three pipes, their
+        other ends kept here (what it writes before its gate, nothing when
+        all is well, is never read)."""
+        self.count += 1
+        cg = forked.session_cgroup(self.group, f"s{self.count}")
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pipes = [os.pipe() for _ in range(3)]
+        stdio = [pipes[0][0], pipes[1][1], pipes[2][1]]
+        kept = [pipes[0][1], pipes[1][0], pipes[2][0]]
+        try:
+            child = forked.fork_session(
+                req["argv"], stdio=stdio, cwd=req["cwd"], env=req["env"],
+                cgroup=cg, entry=shards.run, gate=theirs.fileno(), ahead=True,
+                closing=[self.listener, self.wake_r, self.wake_w,
+                         self.zygote_w, mine, *kept, *self.conns])
+        finally:
+            theirs.close()
+            for fd in stdio:
+                os.close(fd)
+        os.close(kept.pop(0))       # (its stdin: at its end at once)
+        self.ahead = Ahead(req, child, cg, mine, kept)
+        self.log(f"session {child} made ready ahead")
+
+    def end_ahead(self):
+        if self.ahead is not None:
+            a, self.ahead = self.ahead, None
+            a.close()
+            forked.end_session(a.pid, a.cgroup)
+
+    def hand_to_ahead(self, conn, req, fds):
+        """Hand `req` to the session made ready ahead when it is the same
+        grading (Ahead.key_of); True when it took it, or when the grader
+        turned out stale (the client was told). Any other request ends
+        the session made ready ahead."""
+        a = self.ahead
+        if a is None:
+            return False
+        key = Ahead.key_of(req)
+        if key != a.key:
+            what = ("arguments", "directory", "environment", "lesson.toml")
+            self.log(f"session {a.pid} made ready ahead ended: another "
+                     + ", ".join(w for w, x, y in zip(what, key, a.key)
+                                 if x != y))
+            self.end_ahead()
+            return False
+        self.ahead = None
+        now = fingerprint(self.files)
+        if now != self.print_:
+            a.close()
+            forked.end_session(a.pid, a.cgroup)
+            self.stale = changed(self.print_, now)
+            conn.send(json.dumps({"stale": self.stale}).encode())
+            return True
+        _, results = _results_free(req["argv"])
+        try:
+            socket.send_fds(a.gate, [json.dumps({"results": results})
+                                     .encode()], fds)
+        except OSError:             # it ended (reaped below): fork anew
+            a.close()
+            forked.end_session(a.pid, a.cgroup)
+            return False
+        a.close()
+        self.sessions[a.pid] = (conn, a.cgroup)
+        self.requests[a.pid] = req
+        self.conns[conn] = a.pid
+        self.log(f"session {a.pid} started (made ready ahead): "
+                 f"{' '.join(req['argv'])[-120:]}")
+        conn.send(json.dumps({"pid": a.pid}).encode())
+        return True
 
     def reap(self):
         while True:
@@ -239,9 +393,19 @@ class Server:
                 # The zygote died: later sessions start their own.
                 self.zygote_pid = None
                 continue
+            if self.ahead is not None and pid == self.ahead.pid:
+                # It ended before its request (a usage error, say): the
+                # request is forked as before, and shows why.
+                a, self.ahead = self.ahead, None
+                a.close()
+                forked.clear_session(pid, a.cgroup)
+                self.log(f"session {pid} made ready ahead ended: exit "
+                         f"{os.waitstatus_to_exitcode(status)}")
+                continue
             if pid not in self.sessions:
                 continue
             conn, cg = self.sessions.pop(pid)
+            req = self.requests.pop(pid, None)
             # Its processes killed, its status sent, then the rest of its
             # cleanup (0.2 s in the VM: cgroups removed, its sandbox's
             # namespace unmounted, its scratch), before this process takes
@@ -256,23 +420,27 @@ class Server:
             forked.clear_session(pid, cg)
             self.log(f"session {pid} ended: exit "
                      f"{os.waitstatus_to_exitcode(status)}")
+            if req is not None and self.ahead is None and \
+                    self.aheadable(req):
+                self.start_ahead(req)
 
 
 def main(argv):
-    if len(argv) != 1:
-        print("usage: python3 -m grader.session.server SOCKET",
+    ahead = argv[:1] == ["--ahead"]
+    if len(argv) != 1 + ahead or argv[-1].startswith("-"):
+        print("usage: python3 -m grader.session.server [--ahead] SOCKET",
               file=sys.stderr)
         return 2
     os.chdir(COURSE)
-    server = Server(argv[0])
+    server = Server(argv[-1], ahead=ahead)
     server.warm_up()
     why = server.serve()
     # A grader file changed: warm up again from the files as they are now
     # (clients meanwhile wait, as they do at the VM's start).
     print(f"grader server: {why}; warming up again", flush=True)
-    (Path(argv[0]).parent / "warming").touch()
+    (Path(argv[-1]).parent / "warming").touch()
     try:
-        os.unlink(argv[0])
+        os.unlink(argv[-1])
     except FileNotFoundError:
         pass
     os.execv(sys.executable, [sys.executable, "-m", "grader.session.server",

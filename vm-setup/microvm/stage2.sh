@@ -204,6 +204,8 @@ if [ "${SERVE:-0}" = 1 ]; then
 	# pyverbs imported once, a grading session forked per `make grade`.
 	# Its socket is root's alone; a job that finds none grades cold, one
 	# that finds it warming up waits for it (grader/session/client.c).
+	# --ahead: once a grading of one lesson ended, the same grading is
+	# made ready (configured and collected) for the student's regrade.
 	if [ "${PAIR_SERVE:-0}" != 1 ] && [ -e "$COURSE_DIR/grader/session/server.py" ]; then
 		$BB mkdir -p -m 0700 /run/rdma-course-grader
 		: >/run/rdma-course-grader/warming
@@ -211,7 +213,7 @@ if [ "${SERVE:-0}" = 1 ]; then
 			cd "$COURSE_DIR" || exit 1
 			set -- "$RUN/env.sh" "$rdma_env"
 			eval "$command_env"
-			setsid /usr/bin/python3 -m grader.session.server /run/rdma-course-grader/sock
+			setsid /usr/bin/python3 -m grader.session.server --ahead /run/rdma-course-grader/sock
 			rm -f /run/rdma-course-grader/warming
 		) </dev/null >/run/rdma-course-grader/log 2>&1 &
 	fi
