@@ -10,7 +10,7 @@
 #   warm, one lesson   <= 1.3 x the tests' own time
 #   cold, one lesson   <= 1.5 x the tests' own time
 #   cold, all lessons  <= 60 s
-#   make test          <= 300 s
+#   make test          <= 480 s (8 minutes)
 # Warm and cold runs are interleaved, three of each, and the median shown:
 # a loaded machine moves every row alike.
 # Then the stalled submissions (grader/selftest/stalls/): per lesson, on the
@@ -161,7 +161,7 @@ target = {"solution": lambda w, t: (None, "its own tests"),
           "warm, 09 regraded": lambda w, t: (w <= t + 1.5, "test + 1.5 s"),
           "cold, one lesson": lambda w, t: (w <= 1.5 * t, "1.5 x tests"),
           "cold, all lessons": lambda w, t: (w <= 60, "60 s"),
-          "make-test": lambda w, t: (w <= 300, "300 s")}
+          "make-test": lambda w, t: (w <= 480, "480 s")}
 print(f"{'what':40s} {'wall s':>8s} {'tests s':>8s} {'load':>5s} "
       f"{'score':>7s}  target")
 for name, vals in rows.items():
