@@ -104,6 +104,7 @@ class _Reader(threading.Thread):
         self.total = 0
         self.eof = False
         self.abandoned = False      # stopped before end of file
+        self.holders = []           # then: who held its writing end
         self.last = None            # when the last bytes came (monotonic)
         self._until = None          # finish(): stop once idle past this
 
@@ -122,6 +123,7 @@ class _Reader(threading.Thread):
                     if self._until is not None and \
                             time.monotonic() >= self._until:
                         self.abandoned = True
+                        self.holders = pipe_writers(fd)
                         break
                     continue
                 chunk = os.read(fd, 65536)
@@ -141,11 +143,47 @@ class _Reader(threading.Thread):
                 self.eof = True
                 self.cond.notify_all()
 
+    def held(self, name):
+        """What the transcript says of a pipe it stopped reading."""
+        return (f"{name} ({self.total} bytes read) held open by "
+                + (", ".join(self.holders) or "no process left"))
+
     def text(self):
         s = self.buf.decode("utf-8", errors="replace")
         if self.total > len(self.buf):
             s += f"\n[... {self.total - len(self.buf)} more bytes not kept]\n"
         return s
+
+
+def pipe_writers(fd):
+    """The processes that hold the writing end of the pipe read at `fd`
+    open ("PID COMM" each): who kept a program's output from its end."""
+    try:
+        want = f"pipe:[{os.fstat(fd).st_ino}]"
+    except OSError:
+        return []
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for n in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{n}") != want:
+                    continue
+                with open(f"/proc/{pid}/fdinfo/{n}") as f:
+                    flags = int(f.read().split("flags:")[1].split()[0], 8)
+                if flags & 3 != os.O_WRONLY:
+                    continue
+                with open(f"/proc/{pid}/comm") as f:
+                    out.append(f"{pid} {f.read().strip()}")
+                break
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
 
 
 # ---- results ------------------------------------------------------------------
@@ -250,9 +288,10 @@ class Result:
 
 def _record(result, label="run", student=False):
     current_transcript().runs.append((result, student))
-    held = ("# something it left running in another session held its "
-            "output open: read no further\n"
-            if getattr(result, "pipes_held", False) else "")
+    held = getattr(result, "pipes_held", None)
+    held = (f"# something it left running in another session held its "
+            f"output open: read no further ({held})\n"
+            if held else "")
     current_transcript().add(
         f"$ {result.command}    # {label}, {result.duration:.2f}s, "
         f"{result.status()}\n{held}"
@@ -582,10 +621,15 @@ class Proc:
         usage = getattr(self.proc, "rusage", None)
         if usage is not None:
             self.result.cpu = (usage.ru_utime, usage.ru_stime)
-        if self.out.abandoned or self.err.abandoned:
+        readers = ((self.out, "stdout"), (self.err, "stderr"))
+        if any(r.abandoned or r.is_alive() for r, _ in readers):
             # Not a failure by itself; the transcript says why the output
-            # was not read to its end.
-            self.result.pipes_held = True
+            # was not read to its end, and who held it.
+            self.result.pipes_held = "; ".join(
+                r.held(name) if r.abandoned else
+                f"{name} ({r.total} bytes read): its reader was still "
+                f"reading" for r, name in readers
+                if r.abandoned or r.is_alive())
         _record(self.result, student=self.sandbox is not None)
         if self.on_result:
             self.on_result(self.result)

@@ -143,7 +143,13 @@ def test_a_daemon_holding_the_pipes_is_not_waited_for(badprogs):
     assert res.returncode == 0 and not res.timed_out
     assert res.stdout.startswith("daemon ")
     assert took < 5, f"{took:.1f} s"
-    assert "held its output open" in harness.current_transcript().text()
+    text = harness.current_transcript().text()
+    assert "held its output open" in text
+    # The transcript names who held each pipe (the daemon, by its pid).
+    daemon = res.stdout.split()[1]
+    assert f"stdout ({len(res.stdout)} bytes read) held open by {daemon} daemon" \
+        in text, text
+    assert f"stderr (0 bytes read) held open by {daemon} daemon" in text, text
 
 
 def test_a_server_that_exits_leaving_a_daemon_is_not_a_timeout(badprogs):
