@@ -928,8 +928,9 @@ def test_a_regrade_goes_to_the_session_made_ready_ahead(course, tmp_path):
              str(sock)], cwd=COURSE, stdout=f, stderr=subprocess.STDOUT,
             start_new_session=True)
 
-    def lines(what):
-        return [x for x in log.read_text().splitlines() if what in x]
+    def lines(pattern):
+        return [x for x in log.read_text().splitlines()
+                if re.search(pattern, x)]
 
     def wait_for(what, n):
         deadline = time.monotonic() + 120
@@ -957,14 +958,14 @@ def test_a_regrade_goes_to_the_session_made_ready_ahead(course, tmp_path):
         return res, out, re.sub(r"\([0-9.]+s\)", "", res.stdout)
 
     def ahead():
-        return len(lines("started (made ready ahead)"))
+        return len(lines(r"started \(made ready ahead\)"))
 
     try:
         wait_for("grader server ready", 1)
         first, out0, shown = request("test_pass")
         assert first.returncode == 0 and "Score: 3/3" in shown, \
             first.stdout + first.stderr
-        wait_for("made ready ahead", 1)
+        wait_for("made ready ahead$", 1)
         again, out1, shown1 = request("test_pass")
         assert ahead() == 1, log.read_text()
         assert (again.returncode, shown1, again.stderr) == \
@@ -975,7 +976,7 @@ def test_a_regrade_goes_to_the_session_made_ready_ahead(course, tmp_path):
                 (out0 / "results.json").read_text())["tests"]]
         assert got["score"] == 3, got
         # A changed lesson.toml: a fresh session reads it.
-        wait_for("made ready ahead", 2)
+        wait_for("made ready ahead$", 2)
         toml = root / "lessons" / "90-good" / "lesson.toml"
         toml.write_text(toml.read_text().replace("A good lesson",
                                                  "A renamed lesson"))
@@ -983,7 +984,7 @@ def test_a_regrade_goes_to_the_session_made_ready_ahead(course, tmp_path):
         assert "A renamed lesson" in shown2, shown2
         assert ahead() == 1, log.read_text()
         # Another request: a fresh session; the one made ready is ended.
-        wait_for("made ready ahead", 3)
+        wait_for("made ready ahead$", 3)
         other, _, shown3 = request("test_wrong")
         assert "prints hello 43 ... FAIL" in shown3, shown3
         assert ahead() == 1, log.read_text()
