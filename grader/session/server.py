@@ -356,11 +356,9 @@ class Server:
                                  if x != y))
             self.end_ahead()
             return False
-        self.ahead = None
         now = fingerprint(self.files)
         if now != self.print_:
-            a.close()
-            forked.end_session(a.pid, a.cgroup)
+            self.end_ahead()
             self.stale = changed(self.print_, now)
             conn.send(json.dumps({"stale": self.stale}).encode())
             return True
@@ -369,9 +367,9 @@ class Server:
             socket.send_fds(a.gate, [json.dumps({"results": results})
                                      .encode()], fds)
         except OSError:             # it ended (reaped below): fork anew
-            a.close()
-            forked.end_session(a.pid, a.cgroup)
+            self.end_ahead()
             return False
+        self.ahead = None
         a.close()
         self.sessions[a.pid] = (conn, a.cgroup)
         self.requests[a.pid] = req
