@@ -14,6 +14,12 @@ lessons/common/, lessons/NN-topic/ and system headers; an #include that
 reaches anything else (solutions/, the grader, another tree) is refused with
 the file and the rule, and costs that lesson.
 
+The course's own sources (lessons/common/course.c, a lesson's provided .c
+files, the reference rc.c) are compiled once per lesson into build/objects/
+and linked from there by every tree's build of that lesson (the self-check
+builds some 150 trees' lessons: course.c compiled with each program was half
+of that time); `make build` compiles them with each program, as before.
+
 Lesson 05's connection: the lessons whose lesson.mk links $(RC) (06, 07,
 09-12) are built with lesson 05's rc.c. Where the course has its reference
 (solutions/05-send-recv/rc.c: the instructor's checkout, the Gradescope
@@ -28,6 +34,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 from grader.core import harness
@@ -148,8 +155,9 @@ def compile_lesson(course, src, name, prebuilt=False):
         result.update(rc=1, stderr=str(e))
         return _save(out, stamp, result)
     rc = None
+    ref_rc = None
     if links_rc(course, name):
-        rc = reference_rc(course)
+        rc = ref_rc = reference_rc(course)
         result["rc_from"] = "reference" if rc else "own"
         if rc is None:
             rc = src / RC_FILE
@@ -179,6 +187,14 @@ def compile_lesson(course, src, name, prebuilt=False):
         result["command"] = shlex.join(cmd)
         if result["rc_from"] == "own":
             checked.append(Path("..") / RC_FILE)
+    prebuilt_objs = course_objects(course, name)
+    if ref_rc is not None:
+        obj = course_object(course, name, ref_rc)
+        if obj:
+            prebuilt_objs.append(f"{rc_copy}={obj}")
+    if prebuilt_objs:
+        cmd.append("PREBUILT=" + " ".join(prebuilt_objs))
+        result["command"] = shlex.join(cmd)
     bad = _outside_includes(course, copy, name, checked)
     if bad:
         result.update(rc=1, stderr="\n".join(
@@ -198,6 +214,56 @@ def compile_lesson(course, src, name, prebuilt=False):
     result.update(rc=1 if res.timed_out else res.returncode,
                   stdout=shown(res.stdout), stderr=shown(res.stderr))
     return _save(out, stamp, result)
+
+
+OBJECTS = Path("build") / "objects"
+
+
+def course_object(course, name, source):
+    """The course's own `source` (course.c, a file of lessons/NAME/, the
+    reference rc.c) compiled as lesson `name` compiles it, once for every
+    tree that builds the lesson: build/objects/NAME/STEM-KEY.o, KEY the
+    hash of the source, the headers it may include (lessons/common/ and
+    lessons/NAME/), the compiler and the flags. None when it does not
+    compile (each program then compiles it, and shows why)."""
+    h = hashlib.sha256()
+    for part in (name, str(source), os.environ.get("CC", "cc"),
+                 os.environ.get("CFLAGS", "")):
+        h.update(part.encode() + b"\0")
+    h.update(source.read_bytes() + b"\0")
+    for d in (course / "lessons" / "common", course / "lessons" / name):
+        for f in sorted(d.glob("*")):
+            if f.is_file():
+                h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    obj = course / OBJECTS / name / f"{source.stem}-{h.hexdigest()[:16]}.o"
+    if obj.is_file():
+        return obj
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    # Two builds of one lesson at once (the self-check compiles two trees
+    # at a time) each compile it; the last rename wins, and both are whole.
+    tmp = obj.with_name(f".{obj.name}.{os.getpid()}.{threading.get_ident()}")
+    res = harness.run(["make", "--no-print-directory", "-f",
+                       "lessons/common/lesson.mk", f"L={name}",
+                       f"OBJ_SRC={source}", f"OBJ_OUT={tmp}", "object"],
+                      timeout=300, cwd=course)
+    if res.timed_out or res.returncode != 0 or not tmp.is_file():
+        tmp.unlink(missing_ok=True)
+        return None
+    os.replace(tmp, obj)
+    return obj
+
+
+def course_objects(course, name):
+    """PREBUILT pairs (lessons/common/lesson.mk) of course.c and the .c
+    files lessons/NAME/ provides, as lesson.mk names them."""
+    pairs = []
+    for rel in [Path("lessons/common/course.c"),
+                *sorted(p.relative_to(course) for p in
+                        (course / "lessons" / name).glob("*.c"))]:
+        obj = course_object(course, name, course / rel)
+        if obj:
+            pairs.append(f"{rel}={obj}")
+    return pairs
 
 
 def _save(out, stamp, result):

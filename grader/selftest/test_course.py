@@ -141,6 +141,39 @@ def test_builds_warning_free(lesson, tree, tmp_path):
     assert not warnings, "\n".join(warnings)
 
 
+def test_the_course_sources_are_compiled_once_for_every_tree(tmp_path):
+    """The grader's builds link course.c and a lesson's own .c files from
+    one object per lesson (build/objects/), whichever tree they build; a
+    changed source is compiled again, and one that does not compile is
+    left to each program's own command, which shows why."""
+    from grader.core.build import compile_lesson, course_object, reference_rc
+    name = "15-kv-store"
+    trees = [tmp_path / t for t in ("a", "b")]
+    for t in trees:
+        (t / name).mkdir(parents=True)
+        for f in (COURSE / "skeletons" / name).iterdir():
+            (t / name / f.name).write_bytes(f.read_bytes())
+    built = [compile_lesson(COURSE, t, name) for t in trees]
+    assert [b["rc"] for b in built] == [0, 0], built
+    linked = [re.findall(r"\S+/build/objects/\S+\.o", b["stdout"]) for b in built]
+    # (The reference rc.c where the course has it; in the students'
+    # repository each tree's own, compiled by each program.)
+    shared = {"course", "kv"} | ({"rc"} if reference_rc(COURSE) else set())
+    assert linked[0] == linked[1] and len(linked[0]) == 2 * len(shared), linked
+    assert {o.rsplit("/", 1)[1].split("-")[0] for o in linked[0]} == shared
+    src = tmp_path / "course.c"
+    src.write_bytes((COURSE / "lessons/common/course.c").read_bytes())
+    first = course_object(COURSE, name, src)
+    assert first and first.is_file() and course_object(COURSE, name, src) == first
+    src.write_text(src.read_text() + "\nint course_test_extra;\n")
+    second = course_object(COURSE, name, src)
+    assert second and second != first and second.is_file()
+    src.write_text("this is not C\n")
+    assert course_object(COURSE, name, src) is None
+    first.unlink()
+    second.unlink()
+
+
 def graded(lessons, marks=()):
     """@lessons as parameters: a lesson that needs a device is graded in
     the VM (marked device: the device half of make test), one that does not
