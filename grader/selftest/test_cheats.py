@@ -10,8 +10,7 @@ test below compiles it on the host first.
 """
 
 import os
-import subprocess
-import sys
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -317,7 +316,7 @@ def test_each_cheat_loses_exactly_what_it_fakes(tmp_path):
         pytest.fail("no RDMA device: run through vm-setup/with-rxe "
                     "(make test does)")
     grade_cheats({k: v for k, v in make_tree().items() if needs_device(k)},
-                 tmp_path)
+                 tmp_path, 1700)
 
 
 @pytest.mark.instructor
@@ -327,12 +326,13 @@ def test_each_host_cheat_loses_exactly_what_it_fakes(tmp_path):
     device = false), graded on the host as make grade LESSON=NN does
     (lesson 16's under the VM's emulation took minutes)."""
     grade_cheats({k: v for k, v in make_tree().items()
-                  if not needs_device(k)}, tmp_path)
+                  if not needs_device(k)}, tmp_path, 850)
 
 
-def grade_cheats(lessons, tmp_path):
+def grade_cheats(lessons, tmp_path, limit):
     """Grade the cheated @lessons ({lesson: class}) of build/selftest-cheats/
-    in one pytest run; fail unless each loses exactly its EXPECTED tests
+    in one pytest session, ended after @limit s (a hang: below the test's
+    own timeout); fail unless each loses exactly its EXPECTED tests
     and runs its CONVINCED ones."""
     if not lessons:
         return
@@ -350,15 +350,27 @@ def grade_cheats(lessons, tmp_path):
     # program), not of the tests before it.
     nodes.sort()
     junit = tmp_path / "junit.xml"
-    from grader.session.forked import PYTEST_ENV, PYTEST_FLAGS
-    res = subprocess.run(
-        ["env", *(f"{k}={v}" for k, v in PYTEST_ENV.items()), sys.executable,
-         "-m", "pytest", "-c",
-         "grader/pytest.ini", "--rootdir", ".", *PYTEST_FLAGS,
-         "--verbose-failures", *nodes, f"--src={TREE}", f"--junitxml={junit}",
-         f"--transcripts={tmp_path}/transcripts"],
-        cwd=COURSE, capture_output=True, text=True, timeout=850)
-    assert junit.exists(), f"no results:\n{res.stdout}\n{res.stderr}"
+    log = tmp_path / "log"
+    from grader.session import forked
+    # In a session forked from this process, as the mutants are graded
+    # (pytest and the lessons' tests imported once: under the VM's
+    # emulation a pytest process of its own cost some 18 CPU s).
+    forked.warm_imports({lesson[:2] for lesson in lessons})
+    pid = forked.fork_session(
+        ["-c", str(COURSE / "grader/pytest.ini"), "--rootdir", str(COURSE),
+         *forked.PYTEST_FLAGS, "--verbose-failures", *nodes, f"--src={TREE}",
+         f"--junitxml={junit}", f"--transcripts={tmp_path}/transcripts"],
+        cwd=COURSE, log=log)
+    deadline = time.monotonic() + limit
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            forked.end_session(pid)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the cheats' grading did not end in {limit} s:\n"
+                        f"{log.read_text()[-6000:]}")
+        time.sleep(0.2)
+    output = log.read_text()
+    assert junit.exists(), f"no results:\n{output}"
     failed, ran = {}, {}
     for case in ET.parse(junit).iter("testcase"):
         mod = case.get("classname").rsplit(".", 1)[-1] + ".py"
@@ -380,5 +392,4 @@ def grade_cheats(lessons, tmp_path):
         convinced = set(CONVINCED.get(lesson, []))
         if not convinced <= ran.get(lesson, set()):
             problems.append(f"{lesson}: {sorted(convinced)} did not run")
-    assert not problems, ("\n".join(problems) + "\n" + res.stdout[-6000:]
-                          + res.stderr[-3000:])
+    assert not problems, "\n".join(problems) + "\n" + output[-9000:]
