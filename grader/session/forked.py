@@ -385,3 +385,28 @@ def clear_session(pid, cgroup=None):
         ns.unlink(missing_ok=True)
     shutil.rmtree(Path(os.environ.get("TMPDIR", "/tmp"))
                   / f"rdma-grade-scratch.{pid}", ignore_errors=True)
+
+
+def main(argv):
+    """python3 -m grader.session.forked ARGS [--- ARGS ...]: pytest.main(ARGS)
+    for each ARGS, one session after another, each forked from this one
+    process, which imports pytest and the lessons' tests once (the wire
+    self-check's three gradings on a linked pair's host A). Exit status:
+    the first session's that failed, else 0."""
+    runs = [[]]
+    for a in argv:
+        if a == "---":
+            runs.append([])
+        else:
+            runs[-1].append(a)
+    warm_imports()
+    worst = 0
+    for args in runs:
+        pid = fork_session([*PYTEST_FLAGS, *args], setsid=False)
+        _, status = os.waitpid(pid, 0)
+        worst = worst or os.waitstatus_to_exitcode(status)
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
