@@ -11,10 +11,11 @@ Evidence:
     the kernel says the QP the program named is its own;
   - event mode really sleeps on the channel: the interposer (verbs_spy.so)
     records the program's ibv_req_notify_cq() and ibv_get_cq_event() calls;
-  - the lost wakeup: the interposer makes ibv_req_notify_cq() sleep 30 ms
-    before it arms the CQ, so the peer's answer always arrives before the
-    CQ is armed and raises no event: only a program that polls again after
-    arming finishes;
+  - the lost wakeup: the interposer makes ibv_req_notify_cq() wait for the
+    CQ's next completion before it arms the CQ (and keeps it for the
+    program's next poll), so the peer's answer always arrives before the
+    CQ is armed and raises no event, at any speed: only a program that
+    polls again after arming finishes;
   - CPU time: measured by the grader, not taken from the program's `cpu:`
     line (which must agree with it), on a workload where the two modes
     differ by construction: the reference server holds every answer 200 ms,
@@ -162,15 +163,20 @@ def test_peer_client(build, rdma):
 
 @points(3, "no lost wakeup: poll again after arming the CQ")
 def test_lost_wakeup(build, rdma):
-    spy = Spy(build_interposer(build.course), notify_delay_us=30000)
+    # Each arming waits for the CQ's next completion first (up to 2 s; the
+    # interposer keeps it for the program's next poll): it came before the
+    # CQ was armed, at any speed, and raises no event. (A fixed 30 ms
+    # before arming let a missing poll pass beside a second make test: the
+    # answer came after the CQ was armed.)
+    spy = Spy(build_interposer(build.course), notify_wait_us=2_000_000)
     iters, size = rand_between(6, 10), rand_between(100, 1000)
     res, pid, v = _vs_server(build, rdma, "event", iters, size, spy.env)
     how = (f"{spy.describe()} {build.command(PROG, '--port', 'PORT', *_args('event', iters, size), peer_host(rdma))}"
            f" (against grader/evidence/trusted/peer.py 05 server)")
     if res.returncode != 0:
         raise GradeFailure(
-            f"with ibv_req_notify_cq() slowed down by 30 ms, the answer "
-            f"arrives before the CQ is armed and raises no event; the "
+            f"with ibv_req_notify_cq() waiting for the answer before it "
+            f"arms the CQ, the answer raises no event; the "
             f"client must find it by polling the CQ once more after "
             f"arming (TODO 2)\nreproduce: {how}\n{res.describe()}")
     expect_peer_ok(v, "client against the reference server")

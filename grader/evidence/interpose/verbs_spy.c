@@ -92,10 +92,14 @@
  * while the device could still be reading it (modified_in_flight).
  *
  * $VERBS_SPY_PAYLOAD and $VERBS_SPY_STOP_AT_RTS: see post_send, query_qp.
- * $VERBS_SPY_NOTIFY_DELAY_US=N makes ibv_req_notify_cq() sleep N us before
- * it arms the CQ: a completion that arrives meanwhile raises no event, so
- * a program that does not poll again after arming waits for ever (the lost
- * wakeup of lesson 10).
+ * $VERBS_SPY_NOTIFY_WAIT_US=N makes ibv_req_notify_cq() wait up to N us for
+ * the CQ's next completion before it arms the CQ: it polls the CQ itself,
+ * keeps the completion and hands it to the program's next ibv_poll_cq() of
+ * that CQ (recorded then, as any other). That completion came before the
+ * CQ was armed and raises no event, however fast or slow the machine: a
+ * program that does not poll again after arming waits for ever (the lost
+ * wakeup of lesson 10). (A fixed delay before arming, 30 ms, let the
+ * lost wakeup go unseen beside a second make test: the reply came after.)
  *
  * $VERBS_SPY_EMPTY=1 also records an ibv_poll_cq() that found nothing, once
  * per run of them: `poll_empty` when no empty poll is the record's last
@@ -1298,10 +1302,80 @@ static int spy_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 	return rc;
 }
 
+/* Completions ibv_req_notify_cq() took off a CQ ($VERBS_SPY_NOTIFY_WAIT_US),
+ * one per CQ, for the program's next ibv_poll_cq() of it: a slot is taken
+ * (cq set) before the CQ is polled, and holds a completion once ready. */
+#define KEPT_CQS 16
+static struct {
+	struct ibv_cq *cq;
+	int ready;
+	struct ibv_wc wc;
+} kept[KEPT_CQS];
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The completion kept for @cq into *@wc: 1, or 0 when none is. */
+static int take_kept(struct ibv_cq *cq, struct ibv_wc *wc)
+{
+	int i, found = 0;
+
+	pthread_mutex_lock(&kept_lock);
+	for (i = 0; i < KEPT_CQS && !found; i++)
+		if (kept[i].cq == cq && kept[i].ready) {
+			*wc = kept[i].wc;
+			kept[i].cq = NULL;
+			kept[i].ready = 0;
+			found = 1;
+		}
+	pthread_mutex_unlock(&kept_lock);
+	return found;
+}
+
+/* A slot for @cq's completion: its index, or -1 when @cq has one already
+ * or every slot is taken. */
+static int take_slot(struct ibv_cq *cq)
+{
+	int i, free_slot = -1;
+
+	pthread_mutex_lock(&kept_lock);
+	for (i = 0; i < KEPT_CQS; i++) {
+		if (kept[i].cq == cq) {
+			free_slot = -1;
+			break;
+		}
+		if (!kept[i].cq && free_slot < 0)
+			free_slot = i;
+	}
+	if (free_slot >= 0)
+		kept[free_slot].cq = cq;
+	pthread_mutex_unlock(&kept_lock);
+	return free_slot;
+}
+
+/* Slot @i holds @wc (or, @wc NULL, is given back). */
+static void fill_slot(int i, const struct ibv_wc *wc)
+{
+	pthread_mutex_lock(&kept_lock);
+	if (wc) {
+		kept[i].wc = *wc;
+		kept[i].ready = 1;
+	} else {
+		kept[i].cq = NULL;
+	}
+	pthread_mutex_unlock(&kept_lock);
+}
+
 static int spy_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
-	int got = real_poll_cq(cq, n, wc), i, k;
+	int got = 0, more, i, k;
 	char extra[64], run[64] = "";
+
+	if (n > 0 && take_kept(cq, wc))
+		got = 1;
+	more = got < n ? real_poll_cq(cq, n - got, wc + got) : 0;
+	if (more < 0 && !got)
+		got = more;
+	else if (more > 0)
+		got += more;
 
 	for (i = 0; i < got; i++) {
 		extra[0] = 0;
@@ -1374,11 +1448,17 @@ static int (*real_req_notify_cq)(struct ibv_cq *, int);
 
 static int spy_req_notify_cq(struct ibv_cq *cq, int solicited)
 {
-	const char *delay = spy_env("VERBS_SPY_NOTIFY_DELAY_US");
-	int rc;
+	const char *wait = spy_env("VERBS_SPY_NOTIFY_WAIT_US");
+	uint64_t until;
+	struct ibv_wc wc;
+	int rc, slot;
 
-	if (delay)
-		usleep(atoi(delay));
+	if (wait && (slot = take_slot(cq)) >= 0) {
+		until = now_ns() + 1000ull * strtoull(wait, NULL, 10);
+		while ((rc = real_poll_cq(cq, 1, &wc)) == 0 && now_ns() < until)
+			usleep(200);
+		fill_slot(slot, rc == 1 ? &wc : NULL);
+	}
 	rc = real_req_notify_cq(cq, solicited);
 	record("req_notify_cq solicited=%d rc=%d\n", solicited, rc);
 	return rc;
