@@ -51,7 +51,7 @@ from grader.evidence.trusted.kernel import (kernel_srq_of, program_qp,  # noqa: 
 from grader.evidence.trusted.oob import PeerGone                         # noqa: E402
 from grader.evidence.trusted.udp_echo import Holds                       # noqa: E402
 from grader.evidence.trusted.verbs import (WC_STATUS, RcResources,       # noqa: E402
-                                  SharedRc, WcError)
+                                  SharedRc, WcError, idle_nap)
 
 WRID_SEND, WRID_RECV = 0, 1
 
@@ -567,7 +567,8 @@ class CmSession(Session):
             if wc.opcode == want_opcode:
                 self.early.remove(wc)
                 return wc
-        deadline = time.monotonic() + self.args.timeout
+        start = time.monotonic()
+        deadline = start + self.args.timeout
         while True:
             n, wcs = self.cq.poll()
             if n:
@@ -583,7 +584,7 @@ class CmSession(Session):
             if time.monotonic() > deadline:
                 raise WcError(f"{what}: no completion within "
                               f"{self.args.timeout} s")
-            time.sleep(0.0005)
+            time.sleep(idle_nap(time.monotonic() - start))
 
     def send_msg(self, mtype, status=0, addr=0, rkey=0, length=0):
         self.out_mr.write(CM_MSG.pack(mtype, status, addr, rkey, length),

@@ -66,7 +66,8 @@ from pyverbs.wr import SGE, RecvWR, SendWR                      # noqa: E402
 from grader.evidence.trusted import oob                         # noqa: E402
 from grader.evidence.trusted.kernel import program_qp, program_qps  # noqa: E402
 from grader.evidence.trusted.oob import PeerGone, QpInfo        # noqa: E402
-from grader.evidence.trusted.verbs import WC_STATUS, WcError, gid_str  # noqa: E402
+from grader.evidence.trusted.verbs import (WC_STATUS, WcError, gid_str,  # noqa: E402
+                                           idle_nap)
 
 GRH = 40
 SEQ = 4
@@ -134,7 +135,7 @@ class Ud:
 
     def poll(self, deadline):
         """The next completion, or None at `deadline`; an error raises."""
-        spins = 0
+        spins, start = 0, time.monotonic()
         while True:
             n, wcs = self.cq.poll()
             if n:
@@ -149,7 +150,7 @@ class Ud:
                 return None
             spins += 1
             if spins > 200:
-                time.sleep(0.0005)
+                time.sleep(idle_nap(time.monotonic() - start))
 
     def read(self, offset, length):
         return self.mr.read(length, offset)

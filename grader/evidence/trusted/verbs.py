@@ -29,6 +29,18 @@ from pyverbs.wr import SGE, RecvWR, SendWR
 
 from .oob import PeerGone, QpInfo
 
+# A peer with nothing to poll naps 0.5 ms, and 5 ms once it has waited
+# 100 ms (a program still starting, a completion that never comes), as the
+# lessons' programs do (course.h: COURSE_POLL_LONG_NS). Under the VM's
+# emulation a Python loop woken every 0.5 ms costs about a tenth of a CPU,
+# and a peer waiting out a broken program's --timeout, CPU seconds.
+NAP, LONG_WAIT, LONG_NAP = 0.0005, 0.1, 0.005
+
+
+def idle_nap(waited):
+    """How long a peer that has polled nothing for `waited` s sleeps."""
+    return LONG_NAP if waited >= LONG_WAIT else NAP
+
 _rand = random.SystemRandom()
 ACK_TIMEOUT = 17          # course.h's COURSE_QP_TIMEOUT: the docstring says why
 
@@ -141,7 +153,8 @@ class RcResources:
     def poll(self, what, timeout, sock=None):
         """One completion within `timeout` s; while none comes, a closed TCP
         connection (`sock`) ends the wait at once (PeerGone)."""
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline = start + timeout
         spins = 0
         while True:
             n, wcs = self.cq.poll()
@@ -161,7 +174,7 @@ class RcResources:
                     raise PeerGone(f"{what}: the program closed the TCP "
                                    f"connection (it has exited)")
             if spins > 200:
-                time.sleep(0.0005)
+                time.sleep(idle_nap(time.monotonic() - start))
 
     def read(self, offset=0, length=None):
         return self.mr.read(self.size if length is None else length, offset)
