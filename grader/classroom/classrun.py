@@ -224,19 +224,9 @@ def run_batch(spec_path):
         t0 = time.monotonic()
         pid = forked.fork_session(args, cgroup=cg,
                                   log=out / "console.log")
-        deadline = t0 + float(spec.get("timeout", DEFAULT_TIMEOUT))
-        killed, rc = 0, None
-        while rc is None:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                rc = os.waitstatus_to_exitcode(status)
-                break
-            if time.monotonic() > deadline:
-                killed = 1
-                forked.end_session(pid, cg)
-                rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-                break
-            time.sleep(0.1)
+        rc, killed = forked.wait_session(
+            pid, float(spec.get("timeout", DEFAULT_TIMEOUT)), cg)
+        killed = int(killed)
         forked.end_session(pid, cg)
         print(f"class-run: end {quote(item['name'])} rc={rc} killed={killed} "
               f"secs={time.monotonic() - t0:.1f}", flush=True)

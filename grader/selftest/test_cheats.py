@@ -10,7 +10,6 @@ test below compiles it on the host first.
 """
 
 import os
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -361,14 +360,10 @@ def grade_cheats(lessons, tmp_path, limit):
          *forked.PYTEST_FLAGS, "--verbose-failures", *nodes, f"--src={TREE}",
          f"--junitxml={junit}", f"--transcripts={tmp_path}/transcripts"],
         cwd=COURSE, log=log)
-    deadline = time.monotonic() + limit
-    while os.waitpid(pid, os.WNOHANG) == (0, 0):
-        if time.monotonic() > deadline:
-            forked.end_session(pid)
-            os.waitpid(pid, 0)
-            pytest.fail(f"the cheats' grading did not end in {limit} s:\n"
-                        f"{log.read_text()[-6000:]}")
-        time.sleep(0.2)
+    _, ended = forked.wait_session(pid, limit)
+    if ended:
+        pytest.fail(f"the cheats' grading did not end in {limit} s:\n"
+                    f"{log.read_text()[-6000:]}")
     output = log.read_text()
     assert junit.exists(), f"no results:\n{output}"
     failed, ran = {}, {}

@@ -225,6 +225,40 @@ def test_a_gated_session_runs_no_test_until_told(course, tmp_path):
             assert not (out / "results.json").exists()
 
 
+def test_a_session_waited_for_past_its_time_is_ended(tmp_path):
+    """forked.wait_session: a session that ends in time gives its status;
+    one still running at the timeout is ended, with all it started, and
+    said so (class-run's rows, the cheats' self-check)."""
+    from grader.session import forked
+
+    def quick(args):
+        return 3
+
+    def stuck(args):
+        child = subprocess.Popen(["sleep", "600"])
+        (tmp_path / "child").write_text(str(child.pid))
+        time.sleep(600)
+    pid = forked.fork_session([], entry=quick, log=tmp_path / "log")
+    assert forked.wait_session(pid, 30) == (3, False)
+    pid = forked.fork_session([], entry=stuck, log=tmp_path / "log")
+    t0 = time.monotonic()
+    rc, ended = forked.wait_session(pid, 2)
+    assert ended and rc != 0 and time.monotonic() - t0 < 30
+    # Its child was killed too (gone, or a zombie, within a bound for a
+    # SIGKILL's delivery).
+    child = int((tmp_path / "child").read_text())
+    for _ in range(100):
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the session's child {child} still runs")
+
+
 def test_a_gated_sessions_shards_wait_at_its_gate(tmp_path):
     """A session of several lessons runs as shards, each a session forked
     from it (shards.py): each keeps the gate, and runs nothing until GO."""

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -357,6 +358,20 @@ def end_session(pid, cgroup=None):
     its process tree), its sandbox's cgroup, mount namespace and scratch."""
     stop_session(pid, cgroup)
     clear_session(pid, cgroup)
+
+
+def wait_session(pid, timeout, cgroup=None):
+    """Reap the session `pid`; one still running after `timeout` s is ended
+    (end_session) first. (Its exit status, whether it was ended.)"""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), False
+        if time.monotonic() > deadline:
+            end_session(pid, cgroup)
+            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), True
+        time.sleep(0.1)
 
 
 def _cgroups(pid, cgroup):
