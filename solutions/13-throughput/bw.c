@@ -296,14 +296,17 @@ static int reap(struct bw_ctx *ctx)
  * Stream ctx->iters messages: post whole chains of --batch messages (the
  * last one shorter) while the send queue has room for one - at most
  * --depth messages outstanding, posted but not known complete - then
- * reap(); until every message is known complete. A wait of more than
- * --timeout seconds without a completion fails:
+ * reap(); until every message is known complete. After a turn that
+ * completed nothing, course_poll_pause() (a stream that stalls naps, as
+ * course_poll_one() does). A wait of more than --timeout seconds without a
+ * completion fails:
  *   stream: no completion within T s (P messages posted, C known complete)
  * 0 or -1.
  */
 static int stream(struct bw_ctx *ctx, int timeout)
 {
-	uint64_t deadline = course_now_ns() + timeout * 1000000000ull;
+	uint64_t since = course_now_ns(), now;
+	uint64_t deadline = since + timeout * 1000000000ull;
 	long last_done = -1;
 
 	while (ctx->done < ctx->iters) {
@@ -324,14 +327,19 @@ static int stream(struct bw_ctx *ctx, int timeout)
 		if (reap(ctx))
 			return -1;
 		/* END TODO 7 */
+		now = course_now_ns();
 		if (ctx->done != last_done) {
 			last_done = ctx->done;
-			deadline = course_now_ns() + timeout * 1000000000ull;
-		} else if (course_now_ns() > deadline) {
+			since = now;
+			deadline = now + timeout * 1000000000ull;
+		} else if (now > deadline) {
 			fprintf(stderr,
 				"stream: no completion within %d s (%ld messages posted, %ld known complete)\n",
 				timeout, ctx->posted, ctx->done);
 			return -1;
+		} else {
+			/* nothing completed: the course's spin, then naps */
+			course_poll_pause(since, now);
 		}
 	}
 	return 0;
@@ -446,7 +454,8 @@ static int post_slot(struct bw_ctx *ctx, unsigned int slot)
 static int wait_receive(struct bw_ctx *ctx, struct ibv_wc *wc, long i,
 			int timeout)
 {
-	uint64_t deadline = course_now_ns() + timeout * 1000000000ull;
+	uint64_t start = course_now_ns(), now;
+	uint64_t deadline = start + timeout * 1000000000ull;
 	unsigned long spins = 0;
 	char what[48], c;
 	int n;
@@ -464,7 +473,10 @@ static int wait_receive(struct bw_ctx *ctx, struct ibv_wc *wc, long i,
 		}
 		if (n)
 			return 0;
-		if (++spins % 1024)
+		/* the peer and the clock: every 1024 polls while it spins,
+		 * before each of course_poll_pause()'s naps after that */
+		now = course_now_ns();
+		if (++spins % 1024 && now - start < COURSE_POLL_SPIN_NS)
 			continue;
 		if (recv(ctx->rc->oob_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) ==
 		    0) {
@@ -473,11 +485,12 @@ static int wait_receive(struct bw_ctx *ctx, struct ibv_wc *wc, long i,
 				what);
 			return -1;
 		}
-		if (course_now_ns() > deadline) {
+		if (now > deadline) {
 			fprintf(stderr, "%s: no message within %d s\n", what,
 				timeout);
 			return -1;
 		}
+		course_poll_pause(start, now);
 	}
 }
 
