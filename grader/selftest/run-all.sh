@@ -2,7 +2,9 @@
 # run-all.sh - the course's own tests (make test). What needs no device runs
 # on the host (gcc and Python are much slower under the VM's emulation):
 #   0. the trees the device parts grade, compiled on the host: solutions,
-#      skeletons, the hostile submissions, the cheats and the mutants
+#      skeletons, the hostile submissions, the cheats, the mutants and the
+#      variants (compiled here, never by part 4a's grading in the VM,
+#      which did when it reached them before part 2's compile test did)
 #   1. bats: vm-setup scripts and the Makefile, setting up (kernel pin,
 #      Ubuntu, arm64, offline cache, dev container)
 #   2. pytest -m "not device": the grader against bad programs, the plugin end
@@ -78,7 +80,8 @@ build_trees() {
 	[ -d solutions ] || return 0
 	"$PYTHON" -m grader build solutions &&
 		$PYTEST_CMD -q -m "not device" grader/selftest/test_cheats.py::test_cheats_compile \
-			grader/selftest/test_mutants.py::test_mutants_compile
+			grader/selftest/test_mutants.py::test_mutants_compile \
+			grader/selftest/test_variants.py::test_variant_compiles
 }
 part 0 build_trees
 
