@@ -90,7 +90,9 @@ if [ -n "$in_vm" ]; then
 	exit $rc
 fi
 static() {
-	"$PYTHON" -m grader build solutions "$name" && "$PYTHON" -m grader build skeletons "$name" || return 1
+	# (the self-check's rewritten bytecode for step 2's VM: run-all.sh, part 0)
+	env -u PYTHONDONTWRITEBYTECODE $PYTEST --collect-only -q grader/selftest >/dev/null &&
+		"$PYTHON" -m grader build solutions "$name" && "$PYTHON" -m grader build skeletons "$name" || return 1
 	local compile=()
 	[ $has_mutants = 1 ] && compile+=(grader/selftest/test_mutants.py)
 	[ $has_cheats = 1 ] && compile+=(grader/selftest/test_cheats.py::test_cheats_compile)
