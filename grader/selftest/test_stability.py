@@ -37,6 +37,7 @@ def test_timing_tests_keep_full_marks_beside_busy_loops(tmp_path):
         res = subprocess.run(
             [sys.executable, "-m", "pytest", "-c", "grader/pytest.ini",
              "--rootdir", ".", "-p", "grader.session.plugin", "-qq",
+             "--assert=plain",          # as make grade's sessions
              "--tb=no", "-rN", "--color=no", *TESTS, "--src=solutions",
              f"--junitxml={junit}", f"--transcripts={tmp_path}/transcripts"],
             cwd=COURSE, capture_output=True, text=True, timeout=850)
