@@ -19,6 +19,18 @@ setup() {
 	export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-450}
 }
 
+# Host B's ibv_rc_pingpong against A's, as a guest command. Both hosts'
+# commands start together; a connection refused (A not listening yet: an
+# old 2 s head start was not always enough beside a second make test)
+# changed nothing on A and is tried again, for up to 120 s. The run itself
+# is bounded too; its output, stderr included, follows at its end.
+# shellcheck disable=SC2016 # expanded in the guest
+B_PINGPONG='for _ in $(seq 240); do
+	out=$(timeout 120 ibv_rc_pingpong -g $RDMA_GID_INDEX -n 50 -s 1500 $RDMA_PEER_IP 2>&1)
+	case $out in *"t connect to"*) sleep 0.5 ;; *) break ;; esac
+done
+echo "$out"'
+
 # await_prompt PROMPT - read the coprocess VM's output until PROMPT and
 # "# " (a root shell waiting); print what was read.
 await_prompt() {
@@ -281,7 +293,7 @@ PY
 	# TMPDIR names both runs' directories on QEMU's command lines.
 	TMPDIR=$BATS_TEST_TMPDIR run --separate-stderr "$COURSE/vm-setup/with-rxe" --pair \
 		'echo "env $RDMA_HOST $(hostname) $RDMA_DEVICE $RDMA_IP $RDMA_PEER_IP"; ibv_rc_pingpong -g $RDMA_GID_INDEX -n 50 -s 1500' \
-		'echo "env $RDMA_HOST $(hostname) $RDMA_DEVICE $RDMA_IP $RDMA_PEER_IP"; sleep 2; ibv_rc_pingpong -g $RDMA_GID_INDEX -n 50 -s 1500 $RDMA_PEER_IP; exit 3'
+		'echo "env $RDMA_HOST $(hostname) $RDMA_DEVICE $RDMA_IP $RDMA_PEER_IP"; '"$B_PINGPONG"'; exit 3'
 	assert_failure 3
 	assert_line "A| env A rxe-vm-a rxe0 192.0.2.1 192.0.2.2"
 	assert_line "B| env B rxe-vm-b rxe0 192.0.2.2 192.0.2.1"
@@ -299,12 +311,21 @@ PY
 
 @test "pair: netem loss on A's link is retransmitted (A's counters), link down gives IBV_EVENT_PORT_ERR" {
 	c=/sys/class/infiniband/rxe0/ports/1/hw_counters
-	# B's last ping can stay unacknowledged: A's ACK of it may be the packet
-	# dropped, and A has gone by then. B's ping-pong gets 15 s; A's must end.
+	# Every wait here bounds a hang, not a speed (with a second make test
+	# beside, A's tc took more than B's old 2 s head start, and B's ping-pong
+	# more than its old 15 s). B's last ping can stay unacknowledged (A's
+	# ACK of it may be the packet dropped, and A has gone by then): B's
+	# ping-pong is bounded (B_PINGPONG), A's must end. The link
+	# goes down once ibv_asyncwatch has the device open, and B waits for
+	# the event.
 	run "$COURSE/vm-setup/with-rxe" --pair \
 		"tc qdisc add dev rdma0 root netem loss 20% && ibv_rc_pingpong -g \$RDMA_GID_INDEX -n 50 -s 1500 && echo \"retries \$(cat $c/completer_retry_err)\"" \
-		'sleep 2; timeout 15 ibv_rc_pingpong -g $RDMA_GID_INDEX -n 50 -s 1500 $RDMA_PEER_IP
-		ibv_asyncwatch -d rxe0 & sleep 1; ip link set rdma0 down; sleep 1; kill $!'
+		"$B_PINGPONG"'
+		stdbuf -oL ibv_asyncwatch -d rxe0 >/tmp/watch 2>&1 &
+		timeout 120 sh -c "until grep -q \"async event FD\" /tmp/watch; do sleep 0.2; done"
+		ip link set rdma0 down
+		timeout 120 sh -c "until grep -q PORT_ERR /tmp/watch; do sleep 0.2; done"
+		kill $!; cat /tmp/watch'
 	assert_success
 	assert_line --regexp '^A\| 50 iters in '
 	# One packet in five of A's is dropped: A's requests time out and go again.
