@@ -449,14 +449,6 @@ append="console=$con panic=-1 rdinit=/init$ports_arg ${RXE_VM_APPEND:-}"
 # kernel's IO-APIC timer check, which then panics at boot ("IO-APIC + timer
 # doesn't work!", seen with make test beside four other VMs): skip it.
 [ "$arch" = amd64 ] && append+=" no_timer_check"
-# Under TCG every vCPU's TSC is one counter (QEMU's cpu_get_ticks(): the
-# host's, under a lock, never going back), but the kernel's check as the
-# second vCPU comes up finds the TSCs "unsynchronized" and falls back to the
-# HPET: each clock_gettime() is then a system call and an emulated HPET read,
-# 890 ns against 70 through the vDSO (2 vCPUs), and every empty poll of
-# course_poll_one() reads the clock. 40000 hand-offs between two vCPUs saw
-# neither clock go back. tsc=reliable keeps the TSC (its watchdog too).
-[ "$arch" = amd64 ] && [ "${accel[1]%%,*}" = tcg ] && append+=" tsc=reliable"
 [ -n "$member" ] && append+=" rxe_vm.nic=1 rxe_vm.ip=$my_ip"
 if [ "$verbose" = 1 ]; then
 	append+=" loglevel=4 rxe_vm.verbose=1"
