@@ -20,8 +20,7 @@ setup() {
 }
 
 # Host B's ibv_rc_pingpong against A's, as a guest command. Both hosts'
-# commands start together; a connection refused (A not listening yet: an
-# old 2 s head start was not always enough beside a second make test)
+# commands start together; a connection refused (A not listening yet)
 # changed nothing on A and is tried again, for up to 120 s. The run itself
 # is bounded too; its output, stderr included, follows at its end.
 # shellcheck disable=SC2016 # expanded in the guest
@@ -307,9 +306,8 @@ PY
 
 @test "pair: netem loss on A's link is retransmitted (A's counters), link down gives IBV_EVENT_PORT_ERR" {
 	c=/sys/class/infiniband/rxe0/ports/1/hw_counters
-	# Every wait here bounds a hang, not a speed (with a second make test
-	# beside, A's tc took more than B's old 2 s head start, and B's ping-pong
-	# more than its old 15 s). B's last ping can stay unacknowledged (A's
+	# Every wait here bounds a hang, not a speed (B's old 2 s head start
+	# and 15 s ping-pong were speeds). B's last ping can stay unacknowledged (A's
 	# ACK of it may be the packet dropped, and A has gone by then): B's
 	# ping-pong is bounded (B_PINGPONG), A's must end. The link
 	# goes down once ibv_asyncwatch has the device open, and B waits for
