@@ -328,6 +328,10 @@ def test_each_host_cheat_loses_exactly_what_it_fakes(tmp_path):
                   if not needs_device(k)}, tmp_path, 850)
 
 
+def _quoted(text):
+    return "\n".join("    | " + x for x in text.splitlines())
+
+
 def grade_cheats(lessons, tmp_path, limit):
     """Grade the cheated @lessons ({lesson: class}) of build/selftest-cheats/
     in one pytest session, ended after @limit s (a hang: below the test's
@@ -366,14 +370,17 @@ def grade_cheats(lessons, tmp_path, limit):
                     f"{log.read_text()[-6000:]}")
     output = log.read_text()
     assert junit.exists(), f"no results:\n{output}"
-    failed, ran = {}, {}
+    failed, ran, blocks = {}, {}, {}
     for case in ET.parse(junit).iter("testcase"):
         mod = case.get("classname").rsplit(".", 1)[-1] + ".py"
         name = f"{mod}::{case.get('name')}"
         lesson = next(l for l in lessons if mod.startswith(f"test_{l[:2]}_"))
         ran.setdefault(lesson, set()).add(name)
-        if case.find("failure") is not None or case.find("error") is not None:
+        bad = case.find("failure")
+        bad = case.find("error") if bad is None else bad
+        if bad is not None:
             failed.setdefault(lesson, set()).add(name)
+            blocks[name] = bad.text or bad.get("message") or ""
     problems = []
     for lesson, cls in lessons.items():
         want = EXPECTED[cls][lesson]
@@ -384,6 +391,17 @@ def grade_cheats(lessons, tmp_path, limit):
                 f"  failed:        {sorted(got)}\n"
                 f"  unexpected:    {sorted(got - want)}\n"
                 f"  not caught:    {sorted(want - got)}")
+            # An unexpected failure is the grader's own fault or the
+            # machine's: its whole failure block and its transcript (in
+            # the VM's /tmp, gone when it stops), not the log's tail.
+            for name in sorted(got - want):
+                block = blocks[name][-8000:]
+                problems.append(f"  {name} failed:\n" + _quoted(block))
+                tr = (tmp_path / "transcripts" / lesson /
+                      (name.split("::")[1] + ".log"))
+                if tr.is_file():
+                    problems.append(f"  its transcript {tr}:\n" + _quoted(
+                        tr.read_text(errors="replace")[-6000:]))
         convinced = set(CONVINCED.get(lesson, []))
         if not convinced <= ran.get(lesson, set()):
             problems.append(f"{lesson}: {sorted(convinced)} did not run")
