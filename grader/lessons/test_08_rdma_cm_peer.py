@@ -15,10 +15,11 @@ rdma_cm through pyverbs.cmid).
 import pytest
 
 from grader import GradeFailure, expect_line, points
-from grader.evidence.trusted.run import (T_ACCEPT, after, expect_owner,
-                                         expect_peer_ok, failed_already,
-                                         peer_host, rand_between,
-                                         start_client, start_server, verdict)
+from grader.evidence.trusted.run import (T_ACCEPT, T_CLIENT, after,
+                                         expect_owner, expect_peer_ok,
+                                         failed_already, peer_host,
+                                         rand_between, start_client,
+                                         start_server, verdict)
 
 SERVER, CLIENT = "cm_server", "cm_client"
 T = "10"
@@ -33,8 +34,10 @@ def as_client(build, rdma):
     size = _size()
     with start_server("08", "--host", peer_host(rdma), "--size", size,
                       "--timeout", T) as peer:
-        with build.start(CLIENT, "-p", peer.port, "-t", T, "-s", size,
-                         peer_host(rdma), ready=None) as cli:
+        # (-t T_CLIENT: the client's waits hold the reference server's
+        # pyverbs work and its question to the kernel, run.py)
+        with build.start(CLIENT, "-p", peer.port, "-t", T_CLIENT, "-s",
+                         size, peer_host(rdma), ready=None) as cli:
             pid = cli.proc.pid
             # (every test of the run needs the peer's ok: a program it
             # has failed is stopped, run.failed_already)
