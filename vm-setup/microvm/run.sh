@@ -465,14 +465,18 @@ fi
 
 if [ $serve = 1 ]; then
 	printf '%s\n' "${shares[@]}" >"$state/shares"
-	mapfile -t null_ports < <(ports null null)
+	# The guest's OUT port is the doorbell warm.sh rings for each job
+	# (stage2.sh): QEMU reads door.in; door.out takes nothing (no echo).
+	rm -f "$state/door.in" "$state/door.out"
+	mkfifo "$state/door.in" "$state/door.out" || die "mkfifo failed in $state"
+	mapfile -t serve_ports < <(ports "pipe,path=$state/door" null)
 	setsid "$qemu" "${machine[@]}" "${accel[@]}" -m "${RXE_VM_MEM:-2G}" -smp "${RXE_VM_SMP:-2}" \
 		-nodefaults -no-user-config -display none -no-reboot \
 		-kernel "$kernel" -initrd "$entry/initrd.cpio" -append "$append" \
 		-virtfs "local,path=$guest_root,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
 		-virtfs "local,path=$run,mount_tag=run,security_model=none,multidevs=remap" \
 		"${virtfs[@]}" -serial "file:$state/console.log" \
-		"${null_ports[@]}" </dev/null >/dev/null 2>"$state/qemu.err" &
+		"${serve_ports[@]}" </dev/null >/dev/null 2>"$state/qemu.err" &
 	echo $! >"$state/qemu.pid"
 	for _ in $(seq 600); do
 		[ -e "$run/ready" ] && break
