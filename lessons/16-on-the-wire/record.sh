@@ -23,7 +23,7 @@ out=lessons/16-on-the-wire/captures
 if [ "${1:-}" = --on-host-a ]; then
 	# Inside host A: $2 the tree's build directory, $3 where marks go.
 	bin=$2 marks=$3
-	b() { python3 grader/evidence/remote.py "$RDMA_PEER_JOBS" -- bash -c "$1"; }
+	b() { /usr/bin/python3 grader/evidence/remote.py "$RDMA_PEER_JOBS" -- bash -c "$1"; }
 	# mark NAME - the capture's size now ends scenario NAME (the link is
 	# quiet: every frame of it is written).
 	mark() {

@@ -234,10 +234,11 @@ if [ $serve = 1 ]; then
 else
 	run=$(mktemp -d "${TMPDIR:-/tmp}/rxe-vm.XXXXXX") || die "mktemp failed"
 fi
-qpid='' keep=0
+qpid='' keep=0 relay=''
 cleanup() {
 	[ $serve = 1 ] && return
 	[ -n "$qpid" ] && kill -9 "$qpid" 2>/dev/null && wait "$qpid" 2>/dev/null
+	[ -n "$relay" ] && kill "$relay" 2>/dev/null
 	if [ $keep = 1 ]; then
 		rm -f "$run/env.sh"
 		echo "rxe-vm: kept the guest console log and spec in $run" >&2
@@ -331,7 +332,13 @@ fi
 printf "SHARES='%s'\nCOURSE_DIR='%s'\nGRADER_SHARE='%s'\n" "$tags" "$course_real" "$grader_share" >"$run/boot.sh"
 verbose=${RXE_VM_VERBOSE:-0}
 [ "$verbose" = 1 ] && keep=1
+# A doorbell on the guest's OUT port (stage2.sh): a warm VM's, rung by
+# warm.sh; a serving host B's, rung by an inotify relay (below).
+door=0
+[ $serve = 1 ] && door=1
+[ "${pair_serve:-}" = serve ] && command -v inotifywait >/dev/null && door=1
 {
+	printf 'DOOR=%s\n' "$door"
 	printf 'COURSE_DIR=%q\nCWD=%q\nINTERACTIVE=%s\nVERBOSE=%s\nSERVE=%s\nIDLE=%s\nNO_RXE=%s\nDEVICES=%s\n' \
 		"$course_real" "$(pwd -P)" "$interactive" "$verbose" \
 		"$serve" "${RXE_VM_IDLE:-900}" "${RXE_VM_NO_RXE:-0}" "${RXE_VM_DEVICES:-}"
@@ -511,7 +518,18 @@ exec 9<&-
 # The shell gets our terminal (fd 5: a background job's stdin would be
 # /dev/null); a command gets no input.
 if [ $interactive = 1 ]; then exec 5<&0; else exec 5</dev/null; fi
-mapfile -t out_ports < <(ports "file,path=$run/stdout" "file,path=$run/stderr")
+out_port="file,path=$run/stdout"
+if [ $door = 1 ]; then
+	# A serving host B's OUT port is its doorbell (stage2.sh), as a warm
+	# VM's: rung here when host A moves a job into the meeting directory
+	# (grader/evidence/remote.py), which inotify sees on this side of 9p.
+	mkdir -p "$meet/jobs"
+	mkfifo "$run/door.in" "$run/door.out" || die "mkfifo failed in $run"
+	inotifywait -m -q -e moved_to --format x "$meet/jobs" 2>/dev/null 9<>"$run/door.in" >&9 7>&- 8>&- &
+	relay=$!
+	out_port="pipe,path=$run/door"
+fi
+mapfile -t out_ports < <(ports "$out_port" "file,path=$run/stderr")
 "$qemu" "${machine[@]}" "${accel[@]}" -m "${RXE_VM_MEM:-2G}" -smp "${RXE_VM_SMP:-2}" \
 	-nodefaults -no-user-config -display none -no-reboot \
 	-kernel "$kernel" -initrd "$entry/initrd.cpio" -append "$append" \

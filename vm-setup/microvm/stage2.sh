@@ -237,15 +237,16 @@ if [ "${SERVE:-0}" = 1 ]; then
 			exec setsid /usr/bin/python3 grader/evidence/trusted/zygote.py /run/rdma-course-peers/sock
 		) <&7 >/run/rdma-course-peers/log 2>&1 &
 	fi
-	# A warm VM's host rings a doorbell when it adds a job (warm.sh: a line
-	# on the OUT port, unused by a warm VM; run.sh --up makes it a FIFO):
+	# The host rings a doorbell when it adds a job (run.sh: the OUT port,
+	# which serving leaves unused, a FIFO; a warm VM's rung by warm.sh,
+	# a serving host B's by an inotify relay on the meeting directory):
 	# the loop sleeps in a read of it, up to a second between looks, not a
 	# tenth. Each look into the 9p jobs directory costs the host: an idle
 	# 2-vCPU warm VM took 18 % of a host core at ten looks a second, 3 %
-	# at one. A pair's host B has no doorbell (host A adds its jobs): its
-	# loop looks ten times a second.
+	# at one. After a ring it looks ten times a second for a second (host
+	# A's "go" follows its job's arrival). Without one: ten a second.
 	nap=0.1 per_s=10
-	if [ "${PAIR_SERVE:-0}" != 1 ] && [ -c "$OUT" ] && $BB stty -F "$OUT" raw -echo 2>/dev/null; then
+	if [ "${DOOR:-0}" = 1 ] && [ -c "$OUT" ] && $BB stty -F "$OUT" raw -echo 2>/dev/null; then
 		exec 9<"$OUT"
 		nap=1 per_s=1
 	else
@@ -253,7 +254,7 @@ if [ "${SERVE:-0}" = 1 ]; then
 	fi
 	: >"$RUN/heartbeat"
 	: >"$RUN/ready"
-	idle=0 tick=0
+	idle=0 tick=0 hot=0
 	while [ $idle -lt $((IDLE * per_s)) ]; do
 		for go in "$JOBS"/*/go; do
 			[ -e "$go" ] || continue
@@ -262,12 +263,19 @@ if [ "${SERVE:-0}" = 1 ]; then
 			# would wait for.
 			serve_job "${go%/go}"
 			rm -f "$go"
-			idle=0
+			# (a job that came meanwhile rang while the watcher read)
+			idle=0 hot=10
 		done
 		# The host takes a guest whose heartbeat stops for wedged.
 		[ $((tick % per_s)) = 0 ] && : >"$RUN/heartbeat"
-		idle=$((idle + 1)) tick=$((tick + 1))
-		read -r -t "$nap" -u 9
+		tick=$((tick + 1))
+		if [ $hot -gt 0 ]; then
+			hot=$((hot - 1))
+			read -r -t 0.1 -u 9 && hot=10
+		else
+			idle=$((idle + 1))
+			read -r -t "$nap" -u 9 && [ $per_s = 1 ] && hot=10
+		fi
 	done
 	poweroff_now
 fi
@@ -281,7 +289,7 @@ if [ "$INTERACTIVE" = 1 ]; then
 		rc_opt=(--rcfile /run/rxe-vm-bashrc)
 		cat >/run/rxe-vm-bashrc <<-RC
 			[ -f ~/.bashrc ] && . ~/.bashrc
-			b() { python3 "$COURSE_DIR/grader/evidence/remote.py" "\$RDMA_PEER_JOBS" -- bash -c "\$*" 2>&1 | sed -u 's/^/B| /'; }
+			b() { /usr/bin/python3 "$COURSE_DIR/grader/evidence/remote.py" "\$RDMA_PEER_JOBS" -- bash -c "\$*" 2>&1 | sed -u 's/^/B| /'; }
 		RC
 		echo "rxe-vm: host A ($RDMA_IP) of two; host B is $RDMA_PEER_IP. 'b CMD' runs CMD on B, for example:"
 		echo "rxe-vm:   b 'ibv_rc_pingpong -g \$RDMA_GID_INDEX' &  sleep 2; ibv_rc_pingpong -g \$RDMA_GID_INDEX \$RDMA_PEER_IP"
