@@ -270,12 +270,12 @@ if [ "${SERVE:-0}" = 1 ]; then
 		[ $((tick % per_s)) = 0 ] && : >"$RUN/heartbeat"
 		tick=$((tick + 1))
 		if [ $hot -gt 0 ]; then
-			hot=$((hot - 1))
-			read -r -t 0.1 -u 9 && hot=10
+			hot=$((hot - 1)) wait_s=0.1
 		else
-			idle=$((idle + 1))
-			read -r -t "$nap" -u 9 && [ $per_s = 1 ] && hot=10
+			idle=$((idle + 1)) wait_s=$nap
 		fi
+		# (a ring; the tick FIFO never has a line)
+		read -r -t "$wait_s" -u 9 && hot=10
 	done
 	poweroff_now
 fi
