@@ -539,7 +539,9 @@ mapfile -t out_ports < <(ports "$out_port" "file,path=$run/stderr")
 	"${console[@]}" "${out_ports[@]}" \
 	<&5 2>"$run/qemu.err" 7>&- 8>&- &
 qpid=$!
-deadline=$((SECONDS + timeout))
+# SECONDS counts whole seconds from the shell's start, so it can be up to a
+# second ahead of the time elapsed: the limit is never reached early.
+deadline=$((SECONDS + timeout + 1))
 while kill -0 "$qpid" 2>/dev/null; do
 	if [ "$SECONDS" -ge "$deadline" ]; then
 		kill -9 "$qpid" 2>/dev/null

@@ -118,7 +118,9 @@ job() {
 	local t_out=$!
 	tail -q -s 0.05 -n +1 -f --pid="$pid" "$j/stderr" >&2 &
 	local t_err=$!
-	deadline=$((SECONDS + timeout))
+	# (+ 1: SECONDS, whole seconds, can be a second ahead of the time
+	# elapsed; a 3 s limit killed a command after 2.2 s)
+	deadline=$((SECONDS + timeout + 1))
 	rc=''
 	n=0
 	while [ -z "$rc" ]; do
