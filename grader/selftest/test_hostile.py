@@ -20,13 +20,15 @@ TREE = "build/selftest/hostile"
 ATTACKS = hostile.APPENDED + hostile.REPLACING
 
 
-def git_status():
+def git_status(root=COURSE):
     # Ignored files as git's patterns match them: build/ (a grading's own
     # products) as one line, not walked. Listing each of its files, as
-    # --untracked-files=all --ignored does, took 7-8 s of the VM's CPU
-    # over 9p, twice, for lines the comparison leaves out.
-    return subprocess.run(["git", "-C", COURSE, "status", "--porcelain",
-                           "--untracked-files=normal", "--ignored=matching"],
+    # --ignored=traditional does, took 7-8 s of the VM's CPU over 9p,
+    # twice, for lines the comparison leaves out. Untracked files one by
+    # one (--untracked-files=all): a file planted in a directory that was
+    # already untracked is a line of its own, not hidden in "?? dir/".
+    return subprocess.run(["git", "-C", root, "status", "--porcelain",
+                           "--untracked-files=all", "--ignored=matching"],
                           capture_output=True, text=True, check=True).stdout
 
 
@@ -94,6 +96,30 @@ def test_an_include_of_the_solution_is_refused(graded):
     lesson = hostile.lesson_of("include")
     assert re.search(rf"includes {re.escape(str(COURSE))}/solutions/{lesson}/"
                      rf"\S+: refused", graded["out"]), graded["out"][-3000:]
+
+
+def test_a_file_planted_in_an_untracked_directory_is_a_new_line(tmp_path):
+    """The checkout's comparison sees a file a grading adds inside a
+    directory that was untracked before it; build/ (ignored) stays one
+    line however many files a grading writes there."""
+    def git(*args):
+        subprocess.run(["git", "-C", tmp_path, *args], check=True,
+                       capture_output=True)
+    git("init", "-q")
+    (tmp_path / ".gitignore").write_text("build/\n")
+    git("add", ".gitignore")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "t")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("a student's own file\n")
+    (tmp_path / "build").mkdir()
+    before = git_status(tmp_path)
+    (tmp_path / "notes" / "PLANTED").write_text("x\n")
+    (tmp_path / "build" / "product.o").write_text("x\n")
+    after = git_status(tmp_path)
+    new = [line for line in after.splitlines()
+           if line not in before.splitlines()]
+    assert new == ["?? notes/PLANTED"], (before, after)
+    assert "!! build/" in after.splitlines(), after
 
 
 def test_planted_grader_files_stop_the_grading(tmp_path):
