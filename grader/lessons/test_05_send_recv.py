@@ -122,15 +122,19 @@ def test_counters(main_run):
 @points(2, "peer killed mid-run: the client reports it and exits 1")
 def test_peer_killed(build, rdma):
     # The server's -t bounds its wait for the client to start (it is
-    # killed anyway); the client's -t 10 is how long it may wait for a pong
-    # that will not come, and also bounds its connect and exchange (with
-    # -t 2, a second make test beside this one: 'cannot connect ...:
-    # Connection timed out' to a server that was listening). From the kill
-    # it has 30 s to exit by itself; the solution sees the server's socket
-    # close and exits at once.
-    args = ["-n", "1000000", "-s", "64", "-t", T]
-    with build.start(PROG, "--port", "0", *args) as server:
-        with build.start(PROG, "--port", server.port, *args, host(rdma),
+    # killed anyway): T_SERVER, as pair()'s servers. With -t 10 the
+    # solution's server gave up before its client, started after the
+    # server's 'listening', had opened its device and connected (two make
+    # tests on a slower host: the client took more than 10 s to get there,
+    # then found the port closed, 'Connection refused'). The client's -t 10
+    # is how long it may wait for a pong that will not come, and also
+    # bounds its connect and exchange (with -t 2, a second make test beside
+    # this one: 'cannot connect ...: Connection timed out' to a server that
+    # was listening). From the kill it has 30 s to exit by itself; the
+    # solution sees the server's socket close and exits at once.
+    args = ["-n", "1000000", "-s", "64"]
+    with build.start(PROG, "--port", "0", *args, "-t", T_SERVER) as server:
+        with build.start(PROG, "--port", server.port, *args, "-t", T, host(rdma),
                          ready=r"^connected$") as client:
             time.sleep(0.5)          # well inside the data path
             server.kill()

@@ -22,7 +22,8 @@ import pytest
 
 from grader import GradeFailure, expect, points
 from grader.evidence import wire
-from grader.evidence.trusted.run import rand_between, start_server, verdict
+from grader.evidence.trusted.run import (T_ACCEPT, T_CLIENT, rand_between,
+                                         start_server, verdict)
 
 pytestmark = pytest.mark.wire
 
@@ -38,12 +39,19 @@ def on_wire(build, rdma):
     iters = rand_between(10, 20)
     start = rand_between(1 << 40, 1 << 48)
     mark = cap.mark()
+    # As lesson 12's clients against the reference server on one host
+    # (clients_vs_ref_server): the server's accept waits T_ACCEPT for the
+    # clients' start, each client's -t T_CLIENT spans the server's work
+    # on host B. With 10 s for both, two make tests on a slower host ran
+    # the solution's clients out of time on their connect ('Connection
+    # timed out') and the server out of time on its accept.
     with start_server("12", "--clients", CLIENTS, "--iters", iters,
-                      "--start", start, "--timeout", T) as ref:
+                      "--start", start, "--timeout", T,
+                      "--accept-timeout", T_ACCEPT) as ref:
         with ExitStack() as stack:
             procs = [stack.enter_context(
-                build.start(PROG, "--port", ref.port, "-n", iters, "-t", T,
-                            rdma.peer_ip, ready=None))
+                build.start(PROG, "--port", ref.port, "-n", iters, "-t",
+                            T_CLIENT, rdma.peer_ip, ready=None))
                 for _ in range(CLIENTS)]
             results = [p.wait() for p in procs]
         v = (verdict(ref, timeout=15) if all(r.returncode == 0
