@@ -41,8 +41,8 @@ from grader.evidence import behaviour
 from grader.evidence.interpose import Spy, build_interposer, parse_int
 from grader.session import pairs
 from grader.evidence.trusted.run import (T_ACCEPT, T_CLIENT, expect_peer_ok,
-                                rand_between, start_client, start_server,
-                                verdict)
+                                         peer_host, rand_between, start_client,
+                                         start_server, verdict)
 
 PROG = "atomics"
 T = "10"
@@ -120,7 +120,8 @@ def clients_vs_ref_server(build, rdma, spy_lib, nclients, iters):
         with ExitStack() as stack:
             procs = [stack.enter_context(
                 build.start(PROG, "--port", ref.port, "-n", iters, "-t",
-                            T_CLIENT, host(rdma), ready=None, env=spy.env))
+                            T_CLIENT, peer_host(rdma), ready=None,
+                            env=spy.env))
                 for spy in spies]
             pids = [p.proc.pid for p in procs]
             results = [p.wait() for p in procs]
