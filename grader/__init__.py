@@ -10,7 +10,8 @@ import importlib
 _FROM = {"GradeFailure": "grader.core.harness", "expect": "grader.core.harness",
          "expect_line": "grader.core.harness",
          "expect_match": "grader.core.harness", "run": "grader.core.harness",
-         "start": "grader.core.harness", "points": "grader.session.lesson",
+         "start": "grader.core.harness", "too_slow": "grader.core.harness",
+         "at_pace": "grader.core.harness", "points": "grader.session.lesson",
          "proven_by": "grader.session.lesson",
          "GradedOnSubmission": "grader.session.lesson"}
 

@@ -7,6 +7,7 @@ print megabytes or binary garbage) may hang or crash the grader.
 
 import ctypes.util
 import difflib
+import math
 import os
 import re
 import select
@@ -222,6 +223,9 @@ class Result:
         # When stopped because its run had been decided without it
         # (Proc.wait's stop_when): why; else None. Not a hang.
         self.stopped = None
+        # (asked, waited) when killed at the end of a wait that the
+        # machine's slowness had stretched (harness.stretch()); else None.
+        self.stretched = None
 
     @property
     def command(self):
@@ -240,6 +244,11 @@ class Result:
                 return (f"killed by the grader after {self.timeout} s: it "
                         f"slept {self.idle} s with neither the RDMA device "
                         f"nor a socket open (waiting for nothing: hung?)")
+            if self.stretched:
+                asked, waited = self.stretched
+                return (f"killed by the grader after {self.timeout} s (its "
+                        f"{asked} s, stretched to {waited} s: the machine "
+                        f"ran {waited / asked:.1f} times slower than usual)")
             return f"killed by the grader after {self.timeout} s"
         if self.signal:
             return f"crashed with {self.signal}"
@@ -345,6 +354,66 @@ def _killed():
     """A capped wait ended in a kill."""
     if _limit is not None:
         _limit.killed()
+
+
+# ---- the machine's pace -------------------------------------------------------
+
+# A wait bounds a hang, never a speed: its seconds, and a quick failure's
+# "within N s", were set with a margin of about 10 over what a correct
+# program takes in a make test (a micro-VM of one vCPU under TCG beside three
+# others on two cores). Past that margin - a second make test beside, a busy
+# lab machine, Gradescope's half CPU - it is the machine that is slow, not
+# the program: a wait that runs out, or a failure that took longer than its
+# bound, is judged again at the pace the machine runs now, measured by the
+# grader itself with work of its own (pace()), never by the program's.
+# PACE_WORK loop steps take PACE_BASE s at that usual pace (AMD EPYC host,
+# 1-vCPU TCG guest, 2026-12-07, 8 runs each: 0.13-0.25 s alone, 0.29-0.39
+# beside 3 busy host loops, 0.52-0.76 beside 7; natively 0.007); a wait is
+# stretched at most PACE_MAX times.
+PACE_WORK = 300_000
+PACE_BASE = 0.4
+PACE_MAX = 10
+
+
+def pace():
+    """How many times slower than its usual pace (PACE_BASE) this machine
+    runs the grader's own fixed work right now: 1 when not slower, at most
+    PACE_MAX. It takes PACE_BASE s at the usual pace, longer when slower."""
+    begin = time.perf_counter()
+    x = 0
+    for i in range(PACE_WORK):
+        x ^= i
+    took = time.perf_counter() - begin
+    return min(max(took / PACE_BASE, 1.0), PACE_MAX)
+
+
+def stretch(seconds):
+    """The whole seconds to add to a wait of `seconds` that has run out,
+    so that it lasts as long as it would have at the usual pace (pace());
+    0 when the machine runs at its usual pace, and once a program of the
+    lesson has hung (the lesson's wait limit: its later waits are short on
+    purpose)."""
+    if _limit is not None or not seconds or seconds <= 0:
+        return 0
+    factor = pace()
+    return math.ceil(seconds * (factor - 1)) if factor > 1 else 0
+
+
+def too_slow(took, within):
+    """None when something that took `took` s was within `within` s at the
+    machine's usual pace; else the bound it broke at the pace measured now
+    (whole seconds). The pace is measured only when `took` is past
+    `within`."""
+    if took <= within:
+        return None
+    bound = within * pace()
+    return None if took <= bound else math.ceil(bound)
+
+
+def at_pace(within, bound):
+    """What a message adds to `within` s when too_slow() gave `bound`."""
+    return f"; {bound} s at the pace this machine ran just now" \
+        if bound > within else ""
 
 
 # ---- processes --------------------------------------------------------------
@@ -472,6 +541,8 @@ class Proc:
         self.watch_idle = watch_idle
         self._asleep = None         # (since, cpu, samples) while so
         self.idle_kill = None       # (seconds waited, slept) when killed
+        # (asked, waited): a wait that ran out and was stretched (stretch())
+        self.stretched = None
         # What messages show: the command as one would type it, its
         # limits and hidden directories as a prefix (limits_prefix).
         self.cmd = [*limits_prefix(rlimits, empty_dirs), *cmd]
@@ -535,6 +606,7 @@ class Proc:
         timeout = capped(self.timeout if timeout is None else timeout)
         pat = re.compile(prog_prefixed(regex), re.M)
         deadline = time.monotonic() + timeout
+        asked = timeout
         exited = None
         with self.cond:
             while True:
@@ -544,6 +616,13 @@ class Proc:
                     return m
                 now = time.monotonic()
                 left = deadline - now
+                if left <= 0 and not self.out.eof and timeout == asked:
+                    extra = stretch(asked)
+                    if extra:
+                        timeout += extra
+                        deadline += extra
+                        left += extra
+                        self.stretched = (asked, timeout)
                 if self.out.eof or left <= 0:
                     break
                 # The program itself has gone but something it left
@@ -617,6 +696,8 @@ class Proc:
                              final=self.final)
         if self.idle_kill is not None:
             self.result.idle = self.idle_kill[1]
+        elif timed_out:
+            self.result.stretched = self.stretched
         self.result.stopped = stopped
         usage = getattr(self.proc, "rusage", None)
         if usage is not None:
@@ -643,6 +724,7 @@ class Proc:
         any longer: it hung in cleanup."""
         start = time.monotonic()
         deadline = start + max(timeout, 0)
+        waited = timeout
         while True:
             now = time.monotonic()
             step = deadline - now
@@ -655,7 +737,13 @@ class Proc:
                 pass
             now = time.monotonic()
             if now >= deadline:
-                return timeout
+                extra = stretch(timeout) if waited == timeout else 0
+                if not extra:
+                    return waited
+                waited += extra
+                deadline += extra
+                self.stretched = (timeout, waited)
+                continue
             quiet = self._quiet_after_final(now)
             if quiet is not None and quiet >= FINAL_GRACE:
                 return round(now - start)

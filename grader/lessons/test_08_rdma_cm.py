@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from grader import (GradeFailure, expect_line, expect_match, points,
-                    proven_by)
+from grader import (GradeFailure, at_pace, expect_line, expect_match, points,
+                    proven_by, too_slow)
 from grader.evidence.trusted.run import T_ACCEPT
 
 SERVER = "cm_server"
@@ -165,9 +165,11 @@ def _quick_failure(res, limit, regex, what):
     """A clean non-zero exit within @limit s, with stderr matching @regex."""
     _no_crash(res, what)
     res.fails(what=what)
-    if res.duration > limit:
+    bound = too_slow(res.duration, limit)
+    if bound:
         raise GradeFailure(f"{what} took {res.duration:.1f} s to give up "
-                           f"(at most {limit} s)\n{res.describe()}")
+                           f"(at most {limit} s{at_pace(limit, bound)})"
+                           f"\n{res.describe()}")
     if "TODO" in res.stderr:
         raise GradeFailure(f"{what}: the program stopped at a TODO\n"
                            f"{res.describe()}")

@@ -185,6 +185,69 @@ def test_the_wait_limit_caps_every_wait_then_more_after_a_kill(badprogs, tmp_pat
     assert harness.capped(60) == 60         # lifted
 
 
+def test_a_wait_that_runs_out_on_a_slow_machine_is_stretched_once(
+        badprogs, monkeypatch):
+    # The machine runs 3 times slower than usual (pace()): a 1 s wait
+    # lasts 3 s, once, and the kill says so; at the usual pace it is 1 s
+    # (test_hang_is_killed_at_the_timeout); never once a program of the
+    # lesson has hung (the wait limit).
+    monkeypatch.setattr(harness, "pace", lambda: 3.0)
+    t0 = time.monotonic()
+    res = harness.run([badprogs["hang"]], timeout=1)
+    took = time.monotonic() - t0
+    assert res.timed_out and 3 <= took < 8, f"{took:.1f} s"
+    assert res.status() == ("killed by the grader after 3 s (its 1 s, "
+                            "stretched to 3 s: the machine ran 3.0 times "
+                            "slower than usual)")
+    harness.limit_waits(each=1, then=1)
+    try:
+        t0 = time.monotonic()
+        res = harness.run([badprogs["hang"]], timeout=1)
+        took = time.monotonic() - t0
+    finally:
+        harness.limit_waits()
+    assert res.status() == "killed by the grader after 1 s" and took < 3
+
+
+def test_a_readiness_line_late_on_a_slow_machine_is_waited_for(monkeypatch):
+    # Its line 2 s after the start, against a wait of 1 s: on a machine 4
+    # times slower than usual the wait is 4 s, and the line is seen.
+    late = [sys.executable, "-c", "import time; time.sleep(2); "
+            "print('ready', flush=True); time.sleep(30)"]
+    with pytest.raises(GradeFailure, match=r"within 1 s\n"):
+        harness.start(late, ready="^ready$", timeout=1)
+    monkeypatch.setattr(harness, "pace", lambda: 4.0)
+    with harness.start(late, ready="^ready$", timeout=1) as p:
+        assert p.match and p.stretched == (1, 4)
+        p.kill()
+
+
+def test_a_bound_is_judged_at_the_pace_the_machine_runs(monkeypatch):
+    # Within the bound: the pace is not even measured. Past it: the bound
+    # times the pace now, whole seconds when it is broken anyway.
+    def never():
+        raise AssertionError("pace() measured for a time within its bound")
+    monkeypatch.setattr(harness, "pace", never)
+    assert harness.too_slow(24.9, 25) is None
+    monkeypatch.setattr(harness, "pace", lambda: 2.0)
+    assert harness.too_slow(49, 25) is None
+    assert harness.too_slow(50.5, 25) == 50
+    assert harness.at_pace(25, 50) == "; 50 s at the pace this machine ran just now"
+    monkeypatch.setattr(harness, "pace", lambda: 1.0)
+    assert harness.too_slow(26, 25) == 25 and harness.at_pace(25, 25) == ""
+
+
+def test_the_pace_is_measured_not_assumed(monkeypatch):
+    # This host runs the yardstick far faster than a micro-VM under TCG
+    # (PACE_BASE): pace 1. With a base 10000 times smaller it is slower
+    # than that by more than PACE_MAX: PACE_MAX.
+    assert harness.pace() == 1.0
+    assert harness.stretch(40) == 0
+    monkeypatch.setattr(harness, "PACE_BASE", harness.PACE_BASE / 10000)
+    assert harness.pace() == harness.PACE_MAX
+    assert harness.stretch(2) == 2 * (harness.PACE_MAX - 1)
+
+
 def test_a_program_whose_run_was_decided_is_stopped_not_hung(badprogs):
     # stop_when (a reference peer has failed the run already): the program
     # is stopped at once, its Result says why, and it is no hang: the

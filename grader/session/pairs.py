@@ -12,7 +12,8 @@ import struct
 import time
 from collections import namedtuple
 
-from grader.core.harness import GradeFailure, capped, expect_match
+from grader.core.harness import (GradeFailure, at_pace, capped, expect_match,
+                                 too_slow)
 
 # The wire format of course_oob_exchange(): struct qp_info_wire in
 # lessons/common/course.c, network byte order. Change both together.
@@ -163,13 +164,16 @@ def clean_failure(res, what, within, after=None):
     its start, or of the end of @after (the Result of the peer whose
     failure it must notice; a server's whole run also holds its client's
     start, a speed: 30.5 s for lesson 12's solution beside a second make
-    test, fresh-clone run 76)."""
+    test, fresh-clone run 76); @within times the pace the machine runs at
+    when it took longer (harness.too_slow)."""
     res.fails(what=what)
     took = res.duration if after is None else res.ended - after.ended
-    if took > within:
+    bound = too_slow(took, within)
+    if bound:
         since = "" if after is None else " after its peer ended"
         raise GradeFailure(f"{what}: took {took:.1f} s{since} to give up "
-                           f"(expected under {within} s)\n{res.describe()}")
+                           f"(expected under {within} s{at_pace(within, bound)})"
+                           f"\n{res.describe()}")
 
 
 # ---- the faults every lesson with a TCP side channel is graded on ------------
