@@ -399,6 +399,37 @@ def stretch(seconds):
     return math.ceil(seconds * (factor - 1)) if factor > 1 else 0
 
 
+class Deadline:
+    """A wait of `seconds` (as the lesson's wait limit allows: capped())
+    from now, for a caller that polls: passed() is true once it is over,
+    after one stretch (stretch()) when the machine runs slower than
+    usual. `seconds`: the whole wait so far, stretch included."""
+
+    def __init__(self, seconds):
+        self.asked = self.seconds = capped(seconds)
+        self.end = time.monotonic() + self.seconds
+
+    def left(self):
+        return self.end - time.monotonic()
+
+    def passed(self):
+        if time.monotonic() < self.end:
+            return False
+        if self.seconds == self.asked:
+            extra = stretch(self.asked)
+            if extra:
+                self.seconds += extra
+                self.end += extra
+                return False
+        return True
+
+    @property
+    def stretched(self):
+        """(asked, waited) once stretched, else None."""
+        return (self.asked, self.seconds) if self.seconds != self.asked \
+            else None
+
+
 def too_slow(took, within):
     """None when something that took `took` s was within `within` s at the
     machine's usual pace; else the bound it broke at the pace measured now
@@ -605,8 +636,7 @@ class Proc:
         with the program's output if it exits or the time runs out first."""
         timeout = capped(self.timeout if timeout is None else timeout)
         pat = re.compile(prog_prefixed(regex), re.M)
-        deadline = time.monotonic() + timeout
-        asked = timeout
+        deadline = Deadline(timeout)
         exited = None
         with self.cond:
             while True:
@@ -614,17 +644,10 @@ class Proc:
                 if m:
                     self.match = m
                     return m
-                now = time.monotonic()
-                left = deadline - now
-                if left <= 0 and not self.out.eof and timeout == asked:
-                    extra = stretch(asked)
-                    if extra:
-                        timeout += extra
-                        deadline += extra
-                        left += extra
-                        self.stretched = (asked, timeout)
-                if self.out.eof or left <= 0:
+                if self.out.eof or deadline.passed():
                     break
+                now = time.monotonic()
+                left = deadline.left()
                 # The program itself has gone but something it left
                 # behind (a setsid() daemon) holds stdout open: what it
                 # printed is in the pipe already; a moment to read it.
@@ -643,6 +666,8 @@ class Proc:
             except subprocess.TimeoutExpired:
                 pass
         timed_out = self.proc.poll() is None
+        timeout = deadline.seconds
+        self.stretched = deadline.stretched
         res = self.wait(timeout=0 if timed_out else 5)
         if timed_out and res.idle is None:
             res.timeout = timeout
@@ -716,6 +741,12 @@ class Proc:
             self.on_result(self.result)
         return self.result
 
+    def hung_at(self, deadline):
+        """The Result of a program killed now, when `deadline` (a Deadline
+        its caller polled) passed before it did what it waited for."""
+        self.stretched = deadline.stretched
+        return self.wait(timeout=0, waited=deadline.seconds)
+
     def _wait_exit(self, timeout, stop_when=None):
         """Wait up to `timeout` seconds for the program to exit; None when
         it did, else the seconds waited (or stop_when's reason, a str). A
@@ -723,11 +754,9 @@ class Proc:
         printed nothing for FINAL_GRACE seconds since is not waited for
         any longer: it hung in cleanup."""
         start = time.monotonic()
-        deadline = start + max(timeout, 0)
-        waited = timeout
+        deadline = Deadline(max(timeout, 0))
         while True:
-            now = time.monotonic()
-            step = deadline - now
+            step = deadline.left()
             if self.final or self.watch_idle or stop_when:
                 step = min(step, IDLE_STEP)
             try:
@@ -735,15 +764,10 @@ class Proc:
                 return None
             except subprocess.TimeoutExpired:
                 pass
+            if deadline.passed():
+                self.stretched = deadline.stretched or self.stretched
+                return deadline.seconds
             now = time.monotonic()
-            if now >= deadline:
-                extra = stretch(timeout) if waited == timeout else 0
-                if not extra:
-                    return waited
-                waited += extra
-                deadline += extra
-                self.stretched = (timeout, waited)
-                continue
             quiet = self._quiet_after_final(now)
             if quiet is not None and quiet >= FINAL_GRACE:
                 return round(now - start)

@@ -23,7 +23,7 @@ import time
 import pytest
 
 from grader import GradeFailure, expect, expect_line, points
-from grader.core.harness import capped, prog_prefixed, run
+from grader.core.harness import Deadline, prog_prefixed, run
 from grader.evidence.interpose import Spy, build_interposer
 
 PROG = "qp_states"
@@ -57,10 +57,10 @@ def spied_run(build, rdma):
     kernel = None
     with build.start(PROG, "--msg", msg, ready=None, env=spy.env) as proc:
         pid = proc.proc.pid
-        # bounds a hang; capped: once a program of the lesson hung, this wait is short too
-        limit = capped(60)
-        deadline = time.monotonic() + limit
-        while proc.proc.poll() is None and time.monotonic() < deadline:
+        # bounds a hang: short once a program of the lesson hung, longer
+        # on a slow machine
+        deadline = Deadline(60)
+        while proc.proc.poll() is None and not deadline.passed():
             if _stopped(pid):
                 res = run(["rdma", "-j", "resource", "show", "qp"])
                 kernel = [q for q in json.loads(res.stdout or "[]")
@@ -70,7 +70,7 @@ def spied_run(build, rdma):
             time.sleep(0.02)
         # Neither stopped nor ended within the limit: it hung (killed now).
         hung = kernel is None and proc.proc.poll() is None
-        result = proc.wait(timeout=0, waited=limit) if hung else proc.wait()
+        result = proc.hung_at(deadline) if hung else proc.wait()
     return result, kernel, spy, msg, payload
 
 

@@ -52,7 +52,7 @@ from pathlib import Path
 import pytest
 
 from grader import GradeFailure, GradedOnSubmission, expect, points
-from grader.core.harness import capped, leak_checker, run, stretch
+from grader.core.harness import Deadline, leak_checker, run
 from grader.evidence.interpose import Spy, build_interposer, parse_int
 from grader.evidence.rxe import Rdma
 
@@ -168,17 +168,9 @@ def _run_one(build, rdma, exp, wrap, env, spy_lib):
     with build.start(PROG, *args, ready=None, env=env, wrap=wrap,
                      timeout=40) as proc:
         pid = proc.proc.pid
-        # capped: once a program of the lesson hung, this wait is short too
-        limit = asked = capped(30)
-        deadline = time.monotonic() + limit
-        while proc.proc.poll() is None:
-            if time.monotonic() >= deadline:
-                # Once, as much longer as the machine is slower than usual.
-                extra = stretch(asked) if limit == asked else 0
-                if not extra:
-                    break
-                limit += extra
-                deadline += extra
+        # short once a program of the lesson hung, longer on a slow machine
+        deadline = Deadline(30)
+        while proc.proc.poll() is None and not deadline.passed():
             if _stopped(pid):
                 held = (_kernel("qp", pid),
                         _kernel("mr", pid) if exp in MR_EVIDENCE else [],
@@ -188,7 +180,7 @@ def _run_one(build, rdma, exp, wrap, env, spy_lib):
             time.sleep(0.02)
         # Neither stopped nor ended within the limit: it hung (killed now).
         hung = held is None and proc.proc.poll() is None
-        res = proc.wait(timeout=0, waited=limit) if hung else proc.wait()
+        res = proc.hung_at(deadline) if hung else proc.wait()
     return LabRun(exp, res, held, rdma.counters() - before, spy.calls(), cmd)
 
 

@@ -217,9 +217,36 @@ def test_a_readiness_line_late_on_a_slow_machine_is_waited_for(monkeypatch):
     with pytest.raises(GradeFailure, match=r"within 1 s\n"):
         harness.start(late, ready="^ready$", timeout=1)
     monkeypatch.setattr(harness, "pace", lambda: 4.0)
+    t0 = time.monotonic()
     with harness.start(late, ready="^ready$", timeout=1) as p:
-        assert p.match and p.stretched == (1, 4)
+        took = time.monotonic() - t0
+        assert p.match and 2 <= took < 4, f"{took:.1f} s"
         p.kill()
+
+
+def test_a_polled_deadline_is_capped_then_stretched_once(badprogs,
+                                                        monkeypatch):
+    # What lessons 03 and 09 poll while they wait for a program to stop
+    # itself: capped after a hang, stretched once on a slow machine, and
+    # the program killed at its end says how long it was given.
+    harness.limit_waits(each=5, then=1)
+    try:
+        assert harness.Deadline(30).seconds == 5
+    finally:
+        harness.limit_waits()
+    monkeypatch.setattr(harness, "pace", lambda: 2.0)
+    with harness.start([badprogs["hang"]], timeout=60) as p:
+        deadline = harness.Deadline(1)
+        t0 = time.monotonic()
+        while not deadline.passed():
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        res = p.hung_at(deadline)
+    assert 2 <= took < 4, f"{took:.1f} s"
+    assert deadline.seconds == 2 and deadline.stretched == (1, 2)
+    assert res.timed_out and res.status() == (
+        "killed by the grader after 2 s (its 1 s, stretched to 2 s: the "
+        "machine ran 2.0 times slower than usual)")
 
 
 def test_a_bound_is_judged_at_the_pace_the_machine_runs(monkeypatch):

@@ -9,10 +9,9 @@ stay per lesson."""
 
 import socket
 import struct
-import time
 from collections import namedtuple
 
-from grader.core.harness import (GradeFailure, at_pace, capped, expect_match,
+from grader.core.harness import (Deadline, GradeFailure, at_pace, expect_match,
                                  too_slow)
 
 # The wire format of course_oob_exchange(): struct qp_info_wire in
@@ -133,9 +132,8 @@ class FakePeer:
     def accept(self, client):
         """The client's connection; fails as soon as the client exits."""
         self.lsock.settimeout(0.2)
-        # capped: once a program of the lesson hung, this wait is short too
-        limit = capped(30)
-        deadline = time.monotonic() + limit
+        # short once a program of the lesson hung, longer on a slow machine
+        deadline = Deadline(30)
         try:
             while True:
                 try:
@@ -146,11 +144,12 @@ class FakePeer:
                     res = client.wait()
                     raise GradeFailure(f"the client {res.status()} before "
                                        f"it connected\n{res.describe()}")
-                if time.monotonic() > deadline:
+                if deadline.passed():
                     # It hung: killed as at a timeout, and said so.
-                    res = client.wait(timeout=0, waited=limit)
+                    res = client.hung_at(deadline)
                     raise GradeFailure(f"the client did not connect to the "
-                                       f"fake server within {limit} s\n"
+                                       f"fake server within "
+                                       f"{deadline.seconds} s\n"
                                        f"{res.describe()}")
         finally:
             self.lsock.close()
