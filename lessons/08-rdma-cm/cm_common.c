@@ -72,6 +72,16 @@ static void describe_status(const struct rdma_cm_event *ev, char *buf,
  */
 static struct rdma_cm_event *pending;
 
+/*
+ * How long cm_poll_one() keeps polling the CQ after a DISCONNECTED: the
+ * peer may have had the last message and its ACK, and hung up, before the
+ * device turned that ACK into our completion. The two come by different
+ * kernel paths; on a loaded machine the event came first by more than a
+ * millisecond (a SEND's completion lost to the peer's disconnect, seen
+ * beside a second make test).
+ */
+#define CM_GONE_GRACE_NS 1000000000ull
+
 int cm_wait_event(struct rdma_event_channel *ch,
 		  enum rdma_cm_event_type expected, int timeout,
 		  const char *what, struct rdma_cm_event **evp)
@@ -129,7 +139,7 @@ int cm_wait_event(struct rdma_event_channel *ch,
 int cm_poll_one(struct rdma_event_channel *ch, struct ibv_cq *cq,
 		struct ibv_wc *wc, int timeout, const char *what)
 {
-	uint64_t start = course_now_ns(), now, next_look = 0;
+	uint64_t start = course_now_ns(), now, next_look = 0, gone_at = 0;
 	uint64_t deadline = start + (uint64_t)timeout * 1000000000ull;
 	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
 	struct rdma_cm_event *ev;
@@ -147,8 +157,10 @@ int cm_poll_one(struct rdma_event_channel *ch, struct ibv_cq *cq,
 		/* A look at the event channel costs a system call: 1 per ms. */
 		if (now >= next_look) {
 			next_look = now + 1000000;
-			if (pending) {
-				/* Still no completion a poll after the event. */
+			if (pending && !gone_at) {
+				gone_at = now;
+			} else if (pending && now - gone_at >= CM_GONE_GRACE_NS) {
+				/* Still no completion a second after the event. */
 				fprintf(stderr,
 					"%s: the connection is gone (%s) while waiting for a completion\n",
 					what, rdma_event_str(pending->event));
@@ -156,9 +168,10 @@ int cm_poll_one(struct rdma_event_channel *ch, struct ibv_cq *cq,
 				pending = NULL;
 				return -1;
 			}
-			/* Keep it aside and poll the CQ once more: the
-			 * completion may have arrived just before the event. */
-			if (poll(&pfd, 1, 0) > 0 && !rdma_get_cm_event(ch, &ev))
+			/* Keep it aside and poll the CQ on: the completion
+			 * may be on its way still (CM_GONE_GRACE_NS). */
+			if (!pending && poll(&pfd, 1, 0) > 0 &&
+			    !rdma_get_cm_event(ch, &ev))
 				pending = ev;
 		}
 		if (now >= deadline) {
