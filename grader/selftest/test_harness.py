@@ -249,6 +249,38 @@ def test_a_polled_deadline_is_capped_then_stretched_once(badprogs,
         "machine ran 2.0 times slower than usual)")
 
 
+def test_the_reference_peers_socket_waits_are_stretched_too(monkeypatch):
+    # trusted/oob.py: a peer's wait for a client, or for the program's
+    # bytes, ends at its timeout at the usual pace, and lasts as many times
+    # longer as the machine is slower (here 3 times: 1 s becomes 3 s).
+    import socket
+    import threading
+    from grader.evidence.trusted import oob
+    lsock = oob.listen()
+    t0 = time.monotonic()
+    with pytest.raises(oob.PeerGone, match=r"^no client connected within 1 s$"):
+        oob.accept(lsock, 1)
+    assert time.monotonic() - t0 < 2.5
+    monkeypatch.setattr(harness, "pace", lambda: 3.0)
+    lsock = oob.listen()
+    t0 = time.monotonic()
+    with pytest.raises(oob.PeerGone, match=r"^no client connected within 3 s$"):
+        oob.accept(lsock, 1)
+    assert 3 <= time.monotonic() - t0 < 5
+    # Two bytes 2 s after the connection: a 1 s wait at 3 times slower
+    # gets them; the socket keeps its own timeout afterwards.
+    a, b = socket.socketpair()
+    a.settimeout(1)
+    threading.Timer(2, lambda: b.sendall(b"ok")).start()
+    assert oob.recv_all(a, 2, "test") == b"ok"
+    assert a.gettimeout() == 1
+    with pytest.raises(oob.PeerGone, match=r"^test: nothing from the program "
+                       r"within 3 s \(0 of 1 bytes\)$"):
+        oob.recv_all(a, 1, "test")
+    a.close()
+    b.close()
+
+
 def test_a_bound_is_judged_at_the_pace_the_machine_runs(monkeypatch):
     # Within the bound: the pace is not even measured. Past it: the bound
     # times the pace now, whole seconds when it is broken anyway.
