@@ -430,6 +430,24 @@ class Deadline:
             else None
 
 
+class Bound:
+    """A bound of `seconds` on a wait its caller times itself (the time
+    since the last progress): over(took) is true once `took` is past it,
+    after one stretch (stretch()) when the machine runs slower than usual;
+    the stretched bound holds for the later waits. `seconds`: the bound
+    now, stretch included."""
+
+    def __init__(self, seconds):
+        self.asked = self.seconds = seconds
+
+    def over(self, took):
+        if took <= self.seconds:
+            return False
+        if self.seconds == self.asked:
+            self.seconds += stretch(self.asked)
+        return took > self.seconds
+
+
 def too_slow(took, within):
     """None when something that took `took` s was within `within` s at the
     machine's usual pace; else the bound it broke at the pace measured now

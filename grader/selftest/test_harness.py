@@ -279,6 +279,34 @@ def test_the_reference_peers_socket_waits_are_stretched_too(monkeypatch):
         oob.recv_all(a, 1, "test")
     a.close()
     b.close()
+    # Its connect retries for 1 s, 3 s at 3 times slower.
+    closed = socket.socket(socket.AF_INET6)
+    closed.bind(("::", 0))
+    port = closed.getsockname()[1]              # nobody listens there
+    t0 = time.monotonic()
+    with pytest.raises(oob.PeerGone, match=r"^cannot connect to "):
+        oob.connect("127.0.0.1", port, 1)
+    assert 3 <= time.monotonic() - t0 < 5
+    closed.close()
+
+
+def test_a_peers_bound_on_silence_is_stretched_once(monkeypatch):
+    # trusted/kv.py, seq.py, ud_peer.py time the silence since the last
+    # request themselves (harness.Bound): within the bound the pace is not
+    # measured; past it, once, the bound becomes the bound times the pace,
+    # and stays so for the later silences.
+    def never():
+        raise AssertionError("pace() measured for a time within its bound")
+    monkeypatch.setattr(harness, "pace", never)
+    bound = harness.Bound(10)
+    assert not bound.over(9.9) and bound.seconds == 10
+    monkeypatch.setattr(harness, "pace", lambda: 3.0)
+    assert not bound.over(10.5) and bound.seconds == 30
+    monkeypatch.setattr(harness, "pace", never)
+    assert not bound.over(29) and bound.over(30.5) and bound.seconds == 30
+    monkeypatch.setattr(harness, "pace", lambda: 1.0)
+    bound = harness.Bound(10)
+    assert bound.over(10.5) and bound.seconds == 10
 
 
 def test_a_bound_is_judged_at_the_pace_the_machine_runs(monkeypatch):

@@ -74,6 +74,7 @@ from pyverbs.mr import MR                                       # noqa: E402
 from pyverbs.pd import PD                                       # noqa: E402
 from pyverbs.wr import SGE, RecvWR, SendWR                      # noqa: E402
 
+from grader.core.harness import Bound, Deadline  # noqa: E402
 from grader.evidence.trusted import oob                         # noqa: E402
 from grader.evidence.trusted.kernel import program_qp, program_qps  # noqa: E402
 from grader.evidence.trusted.oob import PeerGone                # noqa: E402
@@ -358,7 +359,7 @@ class KvServer:
                 self.post_recv(conn, i)
         self.by_qpn = {c.qp.qp.qp_num: c for c in self.conns}
         self.lsock, self.accepted = lsock, 0
-        self.accept_by = now() + a.start_timeout
+        self.start_wait, self.accept_from = Bound(a.start_timeout), now()
         self.last = None            # the last request (None: no 'G' yet)
         self.serve()
 
@@ -385,10 +386,11 @@ class KvServer:
             oob.sync(conn.sock, b"R")
             conn.log["t_conn"] = now()
             self.accepted += 1
-            self.accept_by = now() + a.start_timeout
-        elif now() > self.accept_by:
-            raise PeerGone(f"no client connected within {a.start_timeout} "
-                           f"s ({self.accepted} of {a.clients} had)")
+            self.accept_from = now()
+        elif self.start_wait.over(now() - self.accept_from):
+            raise PeerGone(f"no client connected within "
+                           f"{self.start_wait.seconds} s ({self.accepted} "
+                           f"of {a.clients} had)")
         waiting = [c for c in self.conns[:self.accepted]
                    if "t_go" not in c.log]
         if waiting and (self.accepted == a.clients or (
@@ -424,6 +426,7 @@ class KvServer:
     def serve(self):
         a = self.a
         next_check = now() + 0.2
+        idle = Bound(a.idle_timeout)
         while True:
             if self.accepted < a.clients or self.last is None:
                 self.admit()
@@ -444,9 +447,9 @@ class KvServer:
                 self.check_sockets()
             last = self.last if self.last is not None else t
             # (Its clients connected: one still starting is not idle.)
-            if self.accepted == a.clients and t - last > a.idle_timeout:
+            if self.accepted == a.clients and idle.over(t - last):
                 raise PeerGone(f"no request from any client within "
-                               f"{a.idle_timeout} s")
+                               f"{idle.seconds} s")
             # Spin while busy, then nap: a sleeping server costs a
             # request at most a millisecond, and the CPU to its clients.
             time.sleep(0 if t - last < 0.002 else
@@ -623,7 +626,7 @@ class KvClient:
 
     def wait(self, what):
         """Busy-poll for the next completion (within --timeout s)."""
-        deadline = now() + self.a.timeout
+        deadline = Deadline(self.a.timeout)
         spins = 0
         while True:
             n, wcs = self.cq.poll()
@@ -635,9 +638,9 @@ class KvClient:
                                   f"(status {wc.status})")
                 return wc
             spins += 1
-            if spins % 256 == 0 and now() > deadline:
+            if spins % 256 == 0 and deadline.passed():
                 raise WcError(f"{what}: no completion within "
-                              f"{self.a.timeout} s")
+                              f"{deadline.seconds} s")
 
     def get(self, key):
         """One-sided GET: (status, slot, version, value, reads)."""

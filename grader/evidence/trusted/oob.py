@@ -7,7 +7,7 @@ import struct
 import time
 from collections import namedtuple
 
-from grader.core.harness import stretch
+from grader.core.harness import Deadline, stretch
 
 # struct qp_info_wire in lessons/common/course.c (packed): lid, pad, qpn,
 # psn, gid[16], addr, rkey, length. Change both together.
@@ -87,14 +87,14 @@ def accept_one(lsock, timeout):
 
 
 def connect(host, port, timeout):
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     while True:
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
             sock.settimeout(timeout)
             return sock
         except OSError as err:
-            if time.monotonic() > deadline:
+            if deadline.passed():
                 raise PeerGone(f"cannot connect to {host}:{port}: "
                                f"{err}") from None
             time.sleep(0.1)

@@ -45,6 +45,7 @@ if __package__ in (None, ""):
 import pyverbs.cm_enums as ce                                   # noqa: E402
 import pyverbs.enums as e                                       # noqa: E402
 
+from grader.core.harness import Deadline  # noqa: E402
 from grader.evidence.trusted import oob, patterns                        # noqa: E402
 from grader.evidence.trusted.kernel import (kernel_srq_of, program_qp,  # noqa: E402
                                             program_qps)
@@ -568,7 +569,7 @@ class CmSession(Session):
                 self.early.remove(wc)
                 return wc
         start = time.monotonic()
-        deadline = start + self.args.timeout
+        deadline = Deadline(self.args.timeout)
         while True:
             n, wcs = self.cq.poll()
             if n:
@@ -581,9 +582,9 @@ class CmSession(Session):
                     return wc
                 self.early.append(wc)
                 continue
-            if time.monotonic() > deadline:
+            if deadline.passed():
                 raise WcError(f"{what}: no completion within "
-                              f"{self.args.timeout} s")
+                              f"{deadline.seconds} s")
             time.sleep(idle_nap(time.monotonic() - start))
 
     def send_msg(self, mtype, status=0, addr=0, rkey=0, length=0):

@@ -58,6 +58,7 @@ from pyverbs.pd import PD                                       # noqa: E402
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr            # noqa: E402
 from pyverbs.wr import SGE, RecvWR, SendWR                      # noqa: E402
 
+from grader.core.harness import Bound                          # noqa: E402
 from grader.evidence.trusted import oob                         # noqa: E402
 from grader.evidence.trusted.kernel import program_qps          # noqa: E402
 from grader.evidence.trusted.oob import PeerGone, QpInfo        # noqa: E402
@@ -250,7 +251,7 @@ class Session:
         nxt, served, bad = a.start, 0, 0
         want = {q: 0 for q, _ in qpns}
         gid_of = dict(qpns)
-        last = time.monotonic()
+        last, wait = time.monotonic(), Bound(a.timeout)
         sends = 0
         while served < total:
             progress = False
@@ -313,9 +314,9 @@ class Session:
                                f"TCP after {want[qpns[k][0]]} of its "
                                f"{a.iters} requests ({served} of {total} "
                                f"served)")
-            if time.monotonic() - last > a.timeout:
-                raise PeerGone(f"no request within {a.timeout} s ({served} "
-                               f"of {total} served)")
+            if wait.over(time.monotonic() - last):
+                raise PeerGone(f"no request within {wait.seconds} s "
+                               f"({served} of {total} served)")
         return nxt, bad
 
     # ---- the clients ------------------------------------------------------
@@ -386,7 +387,7 @@ class Session:
 
     def take(self, cl):
         a = self.a
-        last = time.monotonic()
+        last, wait = time.monotonic(), Bound(a.timeout)
         while any(c["left"] or c["busy"] for c in cl):
             progress = False
             for c in cl:
@@ -412,8 +413,8 @@ class Session:
                 last = time.monotonic()
                 continue
             idle(last)
-            if time.monotonic() - last > a.timeout:
-                raise PeerGone(f"no reply within {a.timeout} s "
+            if wait.over(time.monotonic() - last):
+                raise PeerGone(f"no reply within {wait.seconds} s "
                                f"({sum(len(c['numbers']) for c in cl)} "
                                f"numbers taken)")
 

@@ -27,6 +27,8 @@ from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
+from grader.core.harness import Deadline
+
 from .oob import PeerGone, QpInfo
 
 # A peer with nothing to poll naps 0.5 ms, and 5 ms once it has waited
@@ -154,7 +156,7 @@ class RcResources:
         """One completion within `timeout` s; while none comes, a closed TCP
         connection (`sock`) ends the wait at once (PeerGone)."""
         start = time.monotonic()
-        deadline = start + timeout
+        deadline = Deadline(timeout)
         spins = 0
         while True:
             n, wcs = self.cq.poll()
@@ -165,8 +167,9 @@ class RcResources:
                                   f"{WC_STATUS.get(wc.status, wc.status)} "
                                   f"(status {wc.status})")
                 return wc
-            if time.monotonic() > deadline:
-                raise WcError(f"{what}: no completion within {timeout} s")
+            if deadline.passed():
+                raise WcError(f"{what}: no completion within "
+                              f"{deadline.seconds} s")
             spins += 1
             if spins % 64 == 0 and sock is not None:
                 r, _, _ = select.select([sock], [], [], 0)
