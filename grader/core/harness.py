@@ -399,37 +399,6 @@ def stretch(seconds):
     return math.ceil(seconds * (factor - 1)) if factor > 1 else 0
 
 
-class Deadline:
-    """A wait of `seconds` (as the lesson's wait limit allows: capped())
-    from now, for a caller that polls: passed() is true once it is over,
-    after one stretch (stretch()) when the machine runs slower than
-    usual. `seconds`: the whole wait so far, stretch included."""
-
-    def __init__(self, seconds):
-        self.asked = self.seconds = capped(seconds)
-        self.end = time.monotonic() + self.seconds
-
-    def left(self):
-        return self.end - time.monotonic()
-
-    def passed(self):
-        if time.monotonic() < self.end:
-            return False
-        if self.seconds == self.asked:
-            extra = stretch(self.asked)
-            if extra:
-                self.seconds += extra
-                self.end += extra
-                return False
-        return True
-
-    @property
-    def stretched(self):
-        """(asked, waited) once stretched, else None."""
-        return (self.asked, self.seconds) if self.seconds != self.asked \
-            else None
-
-
 class Bound:
     """A bound of `seconds` on a wait its caller times itself (the time
     since the last progress): over(took) is true once `took` is past it,
@@ -446,6 +415,29 @@ class Bound:
         if self.seconds == self.asked:
             self.seconds += stretch(self.asked)
         return took > self.seconds
+
+    @property
+    def stretched(self):
+        """(asked, waited) once stretched, else None."""
+        return (self.asked, self.seconds) if self.seconds != self.asked \
+            else None
+
+
+class Deadline(Bound):
+    """A wait of `seconds` (as the lesson's wait limit allows: capped())
+    from now, for a caller that polls: passed() is true once it is over,
+    after one stretch (Bound) when the machine runs slower than usual.
+    `seconds`: the whole wait so far, stretch included."""
+
+    def __init__(self, seconds):
+        super().__init__(capped(seconds))
+        self.start = time.monotonic()
+
+    def left(self):
+        return self.start + self.seconds - time.monotonic()
+
+    def passed(self):
+        return self.over(time.monotonic() - self.start)
 
 
 def too_slow(took, within):
