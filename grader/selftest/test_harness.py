@@ -10,7 +10,7 @@ import pytest
 from grader.core import harness
 from grader.core.harness import GradeFailure
 
-from conftest import COURSE
+from conftest import COURSE, unstretched
 
 
 def test_hang_is_killed_at_the_timeout(badprogs):
@@ -18,9 +18,10 @@ def test_hang_is_killed_at_the_timeout(badprogs):
     res = harness.run([badprogs["hang"]], timeout=1)
     assert time.monotonic() - t0 < 5
     assert res.timed_out
-    assert res.status() == "killed by the grader after 1 s"
-    with pytest.raises(GradeFailure, match="killed by the grader after 1 s"):
+    assert unstretched(res.status()) == "killed by the grader after 1 s"
+    with pytest.raises(GradeFailure) as e:
         res.ok()
+    assert "killed by the grader after 1 s" in unstretched(str(e.value))
 
 
 def test_crash_is_named_by_its_signal(badprogs):
@@ -326,13 +327,15 @@ def test_a_bound_is_judged_at_the_pace_the_machine_runs(monkeypatch):
 
 def test_the_pace_is_measured_not_assumed(monkeypatch):
     # This host runs the yardstick far faster than a micro-VM under TCG
-    # (PACE_BASE): pace 1. With a base 10000 times smaller it is slower
-    # than that by more than PACE_MAX: PACE_MAX.
-    assert harness.pace() == 1.0
-    assert harness.stretch(40) == 0
+    # (PACE_BASE): pace 1 (in one of three tries: a stall of a busy host
+    # can make one read slow). With a base 10000 times smaller it is slower
+    # than that by more than PACE_MAX: PACE_MAX. No stretch at pace 1.
+    assert min(harness.pace() for _ in range(3)) == 1.0
     monkeypatch.setattr(harness, "PACE_BASE", harness.PACE_BASE / 10000)
     assert harness.pace() == harness.PACE_MAX
     assert harness.stretch(2) == 2 * (harness.PACE_MAX - 1)
+    monkeypatch.setattr(harness, "pace", lambda: 1.0)
+    assert harness.stretch(40) == 0
 
 
 def test_a_program_whose_run_was_decided_is_stopped_not_hung(badprogs):
@@ -397,7 +400,7 @@ def test_silence_after_the_final_line_is_a_hang_in_cleanup(monkeypatch):
     assert talking.returncode == 0 and not talking.timed_out
     other, took = sh("echo done 3; echo more; sleep 100", timeout=5)
     assert other.timed_out and took >= 5
-    assert other.status() == "killed by the grader after 5 s"
+    assert unstretched(other.status()) == "killed by the grader after 5 s"
 
 
 def test_asleep_with_nothing_open_is_a_hang(badprogs, monkeypatch):
@@ -432,9 +435,10 @@ def test_asleep_with_nothing_open_is_a_hang(badprogs, monkeypatch):
                 ["sh", "-c", "sleep 100"]):                  # its child
         res = harness.run(cmd, timeout=4, watch_idle=True)
         assert res.timed_out and res.idle is None, cmd
-        assert res.status() == "killed by the grader after 4 s", cmd
+        assert unstretched(res.status()) == \
+            "killed by the grader after 4 s", cmd
     res = harness.run([badprogs["hang"]], timeout=3)      # not watched
-    assert res.status() == "killed by the grader after 3 s"
+    assert unstretched(res.status()) == "killed by the grader after 3 s"
 
 
 def test_a_qp_is_the_programs_by_pid_and_name():

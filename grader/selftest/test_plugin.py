@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import COURSE
+from conftest import COURSE, unstretched
 
 GOOD_C = r"""
 #include <stdio.h>
@@ -316,7 +316,8 @@ def test_a_session_from_the_prepared_configuration_grades_the_same(course, tmp_p
         finally:
             forked._config = kept
         status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        log = re.sub(r"\([0-9.]+s\)", "", (out / "log").read_text())
+        log = re.sub(r"\([0-9.]+s\)", "",
+                     unstretched((out / "log").read_text()))
         log = log.replace(str(out), "OUT")
         return status, log, out
 
@@ -353,7 +354,7 @@ def verbose(course):
 def test_failures_explain_themselves(verbose):
     out = verbose.stdout
     assert "expected the line: 'hello 43'" in out
-    assert "got: killed by the grader after 1 s\n" in out
+    assert "got: killed by the grader after 1 s\n" in unstretched(out)
     assert ("got: killed by the grader after 1 s: it hung after its last "
             "output (during cleanup?)\n") in out
     assert "crashed with SIGSEGV" in out
@@ -393,7 +394,8 @@ def test_only_each_lessons_first_failure_is_shown_in_full(full):
     out = full[0].stdout.split("== 91-broken")[0]
     assert "hint: look at the number" in out            # the first failure
     assert "hint: general hint" not in out              # later ones: one line
-    assert "      expected exit status 0, got: killed by the grader after 1 s\n" in out
+    assert "      expected exit status 0, got: killed by the grader after 1 s\n" \
+        in unstretched(out)
     assert "      expected exit status 0, got: crashed with SIGSEGV\n" in out
     assert out.count("transcript: ") == 4               # each still has one
 
