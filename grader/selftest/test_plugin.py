@@ -942,6 +942,60 @@ def test_fixtures_are_looked_for_once_in_what_the_warm_process_has():
     assert fixtures.dir(other) == dir(other)
 
 
+class WarmServer:
+    """The warm VM's grader (server.py --ahead) on a socket in `d` (made
+    0700), its output in d/log; `code`: Python that runs instead of
+    `-m grader.session.server` (a fault injected before its main)."""
+
+    def __init__(self, d, code=None):
+        from grader.core.build import grader_program
+        d.mkdir(mode=0o700)
+        self.sock, self.log = d / "sock", d / "log"
+        self.client = str(grader_program(COURSE, "session/client.c"))
+        run = ["-c", code] if code else ["-m", "grader.session.server"]
+        with open(self.log, "w") as f:
+            self.proc = subprocess.Popen(
+                [sys.executable, *run, "--ahead", str(self.sock)],
+                cwd=COURSE, stdout=f, stderr=subprocess.STDOUT,
+                start_new_session=True)
+
+    def lines(self, pattern):
+        return [x for x in self.log.read_text().splitlines()
+                if re.search(pattern, x)]
+
+    def wait_for(self, what, n):
+        deadline = time.monotonic() + 120
+        while len(self.lines(what)) < n:
+            assert self.proc.poll() is None and time.monotonic() < deadline, \
+                f"no {n} x {what!r}:\n" + self.log.read_text()
+            time.sleep(0.1)
+
+    def request(self, root, args):
+        """make grade's request (client.c) of a session of `args`, from
+        `root`; it must be served warm: a client that grades the cold way
+        says why on its stderr."""
+        env = {"PATH": os.environ["PATH"], "GRADER_SERVER": str(self.sock),
+               "PYTHONPATH": str(COURSE)}
+        res = subprocess.run([self.client, sys.executable, "--", *args],
+                             cwd=root, env=env, stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=300)
+        assert "without the warm grader" not in res.stderr, \
+            res.stderr + self.log.read_text()
+        return res
+
+    def stop(self):
+        """The server killed; nothing of it is left: a session made ready
+        ahead ends when its gate's other end (the server) is gone."""
+        os.killpg(self.proc.pid, 9)
+        self.proc.wait()
+        deadline = time.monotonic() + 30
+        while subprocess.run(["pgrep", "-f", str(self.sock)],
+                             capture_output=True).returncode == 0:
+            assert time.monotonic() < deadline, \
+                "a session outlived the server"
+            time.sleep(0.2)
+
+
 def test_a_regrade_goes_to_the_session_made_ready_ahead(course, tmp_path):
     """The warm VM's grader (server.py --ahead) forks the grading it just
     ran again, to wait configured and collected at its gate: the same
@@ -951,32 +1005,10 @@ def test_a_regrade_goes_to_the_session_made_ready_ahead(course, tmp_path):
     before its request (a usage error) is replaced by a fresh one that
     shows the error; none outlives the server."""
     import shutil
-    from grader.core.build import grader_program
     root = tmp_path / "course"
     shutil.copytree(course, root, symlinks=True)
-    d = tmp_path / "server"
-    d.mkdir(mode=0o700)
-    sock, log = d / "sock", d / "log"
-    client = str(grader_program(COURSE, "session/client.c"))
-    with open(log, "w") as f:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "grader.session.server", "--ahead",
-             str(sock)], cwd=COURSE, stdout=f, stderr=subprocess.STDOUT,
-            start_new_session=True)
-
-    def lines(pattern):
-        return [x for x in log.read_text().splitlines()
-                if re.search(pattern, x)]
-
-    def wait_for(what, n):
-        deadline = time.monotonic() + 120
-        while len(lines(what)) < n:
-            assert server.poll() is None and time.monotonic() < deadline, \
-                f"no {n} x {what!r}:\n" + log.read_text()
-            time.sleep(0.1)
-
-    env = {"PATH": os.environ["PATH"], "GRADER_SERVER": str(sock),
-           "PYTHONPATH": str(COURSE)}
+    server = WarmServer(tmp_path / "server")
+    wait_for = server.wait_for
     runs = []
 
     def request(test, lesson="90"):
@@ -986,16 +1018,15 @@ def test_a_regrade_goes_to_the_session_made_ready_ahead(course, tmp_path):
         # directory of their own each time)
         args = [str(tmp_path / "t") if a == str(out / "t") else a
                 for a in session_args(root, out)]
-        args += [f"--lesson={lesson}", f"--test={test}"]
-        res = subprocess.run([client, sys.executable, "--", *args],
-                             cwd=root, env=env, stdin=subprocess.DEVNULL,
-                             capture_output=True, text=True, timeout=300)
+        res = server.request(root, [*args, f"--lesson={lesson}",
+                                    f"--test={test}"])
         runs.append(res)
         return res, out, re.sub(r"\([0-9.]+s\)", "", res.stdout)
 
     def ahead():
-        return len(lines(r"started \(made ready ahead\)"))
+        return len(server.lines(r"started \(made ready ahead\)"))
 
+    log = server.log
     try:
         wait_for("grader server ready", 1)
         first, out0, shown = request("test_pass")
@@ -1040,12 +1071,44 @@ def test_a_regrade_goes_to_the_session_made_ready_ahead(course, tmp_path):
             wait_for("made ready ahead ended: exit 4", n)
         assert ahead() == 2, log.read_text()
     finally:
-        os.killpg(server.pid, 9)
-        server.wait()
-    # Nothing of it is left: the session made ready ahead ends when its
-    # gate's other end (the server) is gone.
-    deadline = time.monotonic() + 30
-    while subprocess.run(["pgrep", "-f", str(sock)],
-                         capture_output=True).returncode == 0:
-        assert time.monotonic() < deadline, "a session outlived the server"
-        time.sleep(0.2)
+        server.stop()
+
+
+# The warm grader with its fork_session waiting until a fresh session (not
+# one made ready ahead) has ended: the order of events of a server kept
+# waiting while its session failed at once, every time.
+ENDED_BEFORE_ITS_GATE = """
+import os, sys
+from grader.session import forked, server
+fork = forked.fork_session
+def ended_first(*args, **kwargs):
+    pid = fork(*args, **kwargs)
+    if not kwargs.get("ahead"):
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    return pid
+forked.fork_session = ended_first
+sys.exit(server.main(sys.argv[1:]))
+"""
+
+
+def test_a_session_that_ends_before_its_gate_is_the_requests_own(
+        course, tmp_path):
+    """A fresh session may end before the server opens its gate (a usage
+    error found while it configures, while the server was kept waiting):
+    it is still the request's session, served warm - its error on the
+    client's stderr, its status the client's - and its grading is made
+    ready ahead as any other's. (Fresh-clone run 158: the gate's write
+    failed with EPIPE, and the client graded the cold way.)"""
+    server = WarmServer(tmp_path / "server", code=ENDED_BEFORE_ITS_GATE)
+    try:
+        server.wait_for("grader server ready", 1)
+        res = server.request(course, [*session_args(course, tmp_path),
+                                      "--lesson=99"])
+        assert (res.returncode, "no lesson '99'" in res.stderr) == (4, True), \
+            res.stdout + res.stderr
+        server.wait_for("made ready ahead ended: exit 4", 1)
+        assert len(server.lines(r"session \d+ started: .*--lesson=99$")) == 1 \
+            and len(server.lines(r"session \d+ ended: exit 4$")) == 1, \
+            server.log.read_text()
+    finally:
+        server.stop()

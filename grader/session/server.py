@@ -284,7 +284,14 @@ class Server:
                 self.stale = changed(self.print_, now)
                 conn.send(json.dumps({"stale": self.stale}).encode())
                 return
-            os.write(gate_w, forked.GO * 8)     # (a shard each, up to 3)
+            try:
+                os.write(gate_w, forked.GO * 8)  # (a shard each, up to 3)
+            except BrokenPipeError:
+                # It ended before its gate (a usage error, found while the
+                # stats above kept this process): it is still this
+                # request's session, its error already on the client's
+                # stderr; reap() sends its status.
+                pass
             os.close(gate_w)
             self.sessions[child] = (conn, cg)
             self.requests[child] = req
