@@ -155,6 +155,14 @@ echo "make test: trees $(status 0), scripts $(status 1), grader+self-check $(sta
 	"micro-VM $(status 3), device $(status 4a), cheats $(status 4b); $((SECONDS - t0)) s"
 echo "make test: CPU s per part: 0 $(cpu 0), 1 $(cpu 1), 2 $(cpu 2), 3 $(cpu 3), 4a $(cpu 4a), 4b $(cpu 4b)" \
 	"on $(nproc) cores"
+# What failed, last (where a log's tail shows it): each failed part's
+# failing tests as pytest's summary and bats name them, each with the start
+# of its reason; the whole reason is in the part's output above.
+failed=0
 for p in 0 1 2 3 4a 4b; do
-	[ "$(cat "$logs/$p.rc")" = 0 ] || exit 1
+	[ "$(cat "$logs/$p.rc")" = 0 ] && continue
+	failed=1
+	grep -aE '^(FAILED|ERROR) |^not ok ' "$logs/$p" | cut -c1-400 |
+		sed "s/^/make test: part $p: /"
 done
+exit $failed

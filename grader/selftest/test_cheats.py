@@ -289,6 +289,35 @@ def test_every_cheat_class_has_its_tree():
             assert marked, f"cheats/{cls}/{lesson}: mark the fake CHEAT"
 
 
+def test_an_unexpected_failure_is_reported_whole(tmp_path):
+    """A red self-check names why a test failed that must not: the failure
+    block from the junit file and the test's transcript, not only its name
+    (fresh-clone CI of stop 61 named a correct server's failed peer test
+    on the linked pair, and nothing more)."""
+    xml = tmp_path / "r.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="grader.lessons.test_06_rdma_write_peer" '
+        'name="test_peer_client_clean"><failure message="short">the '
+        'reference peer says: no completion within 10 s</failure></testcase>'
+        '<testcase classname="grader.lessons.test_06_rdma_write_wire" '
+        'name="test_wire_tcp"/></testsuite></testsuites>')
+    tr = tmp_path / "transcripts" / "06-rdma-write"
+    tr.mkdir(parents=True)
+    (tr / "test_peer_client_clean.log").write_text("server: accepted\n")
+    got = junit_cases(xml)
+    assert got == {
+        "test_06_rdma_write_peer.py::test_peer_client_clean":
+            "the reference peer says: no completion within 10 s",
+        "test_06_rdma_write_wire.py::test_wire_tcp": None}
+    text = "\n".join(unexpected(
+        {"test_06_rdma_write_peer.py::test_peer_client_clean"}, got,
+        tmp_path / "transcripts"))
+    assert "test_peer_client_clean failed:\n    | the reference peer says: " \
+        "no completion within 10 s" in text
+    assert "test_peer_client_clean.log:\n    | server: accepted" in text
+
+
 def test_cheats_compile():
     """Compile the cheats here (on the host: fast); the device test's grader
     reuses the builds."""
@@ -332,6 +361,34 @@ def _quoted(text):
     return "\n".join("    | " + x for x in text.splitlines())
 
 
+def junit_cases(path):
+    """{module::test: its failure block (a failure's or an error's text),
+    or None when it passed} of a junit file."""
+    out = {}
+    for case in ET.parse(path).iter("testcase"):
+        mod = case.get("classname").rsplit(".", 1)[-1] + ".py"
+        bad = case.find("failure")
+        bad = case.find("error") if bad is None else bad
+        out[f"{mod}::{case.get('name')}"] = (
+            None if bad is None else bad.text or bad.get("message") or "")
+    return out
+
+
+def unexpected(names, blocks, transcripts):
+    """Lines on tests that failed when they must not: an unexpected
+    failure is the grader's own fault or the machine's, so each one's
+    whole failure block and its transcript (transcripts/LESSON/TEST.log;
+    in a VM's /tmp it is gone when the VM stops), not a log's tail."""
+    lines = []
+    for name in sorted(names):
+        lines.append(f"  {name} failed:\n" + _quoted(blocks[name][-8000:]))
+        num = name.removeprefix("test_")[:2]
+        for tr in sorted(transcripts.glob(f"{num}-*/{name.split('::')[1]}.log")):
+            lines.append(f"  its transcript {tr}:\n" + _quoted(
+                tr.read_text(errors="replace")[-6000:]))
+    return lines
+
+
 def grade_cheats(lessons, tmp_path, limit):
     """Grade the cheated @lessons ({lesson: class}) of build/selftest-cheats/
     in one pytest session, ended after @limit s (a hang: below the test's
@@ -370,17 +427,13 @@ def grade_cheats(lessons, tmp_path, limit):
                     f"{log.read_text()[-6000:]}")
     output = log.read_text()
     assert junit.exists(), f"no results:\n{output}"
-    failed, ran, blocks = {}, {}, {}
-    for case in ET.parse(junit).iter("testcase"):
-        mod = case.get("classname").rsplit(".", 1)[-1] + ".py"
-        name = f"{mod}::{case.get('name')}"
-        lesson = next(l for l in lessons if mod.startswith(f"test_{l[:2]}_"))
+    failed, ran = {}, {}
+    blocks = junit_cases(junit)
+    for name, block in blocks.items():
+        lesson = next(l for l in lessons if name.startswith(f"test_{l[:2]}_"))
         ran.setdefault(lesson, set()).add(name)
-        bad = case.find("failure")
-        bad = case.find("error") if bad is None else bad
-        if bad is not None:
+        if block is not None:
             failed.setdefault(lesson, set()).add(name)
-            blocks[name] = bad.text or bad.get("message") or ""
     problems = []
     for lesson, cls in lessons.items():
         want = EXPECTED[cls][lesson]
@@ -391,17 +444,8 @@ def grade_cheats(lessons, tmp_path, limit):
                 f"  failed:        {sorted(got)}\n"
                 f"  unexpected:    {sorted(got - want)}\n"
                 f"  not caught:    {sorted(want - got)}")
-            # An unexpected failure is the grader's own fault or the
-            # machine's: its whole failure block and its transcript (in
-            # the VM's /tmp, gone when it stops), not the log's tail.
-            for name in sorted(got - want):
-                block = blocks[name][-8000:]
-                problems.append(f"  {name} failed:\n" + _quoted(block))
-                tr = (tmp_path / "transcripts" / lesson /
-                      (name.split("::")[1] + ".log"))
-                if tr.is_file():
-                    problems.append(f"  its transcript {tr}:\n" + _quoted(
-                        tr.read_text(errors="replace")[-6000:]))
+            problems += unexpected(got - want, blocks,
+                                   tmp_path / "transcripts")
         convinced = set(CONVINCED.get(lesson, []))
         if not convinced <= ran.get(lesson, set()):
             problems.append(f"{lesson}: {sorted(convinced)} did not run")

@@ -284,16 +284,6 @@ def test_real_captures_are_intact():
         assert seg.roce and all(p.intact for p in seg.roce), path.name
 
 
-def _junit(path):
-    """{module::test: failed?} of a junit file."""
-    out = {}
-    for case in ET.parse(path).iter("testcase"):
-        mod = case.get("classname").rsplit(".", 1)[-1] + ".py"
-        out[f"{mod}::{case.get('name')}"] = (
-            case.find("failure") is not None or case.find("error") is not None)
-    return out
-
-
 def _session_args(tree, nodes, name):
     """One grading of host A's (grader.session.forked: a session each)."""
     return ["-c", "grader/pytest.ini", "--rootdir", ".", *nodes,
@@ -309,7 +299,8 @@ def test_wire_tests_on_a_linked_pair():
     # The cheats are the instructor's (not in a student repository, where
     # this module's decoder tests still run).
     from test_cheats import (TREE, WIRE_EXPECTED, WIRE_ONLY, WIRE_TREE,
-                             make_tree, make_wire_tree)
+                             junit_cases, make_tree, make_wire_tree,
+                             unexpected)
     from grader.core.build import compile_lesson
     OUT.mkdir(parents=True, exist_ok=True)
     for f in OUT.glob("*.xml"):
@@ -361,28 +352,29 @@ def test_wire_tests_on_a_linked_pair():
     for name in ("solutions", "cheats", "wire-only"):
         assert (OUT / f"{name}.xml").exists(), f"{name}: no results\n{log}"
     problems = []
-    sol = _junit(OUT / "solutions.xml")
+    sol = junit_cases(OUT / "solutions.xml")
     assert len(sol) >= 10 and any(t.startswith("test_16_") for t in sol), \
         f"the wire tests and lesson 16 did not run: {sol}\n{log}"
-    problems += [f"solutions failed {t}" for t, failed in sol.items() if failed]
-    got = _junit(OUT / "cheats.xml")
-    for cls, per in WIRE_EXPECTED.items():
-        for lesson, want in per.items():
-            mine = {t for t, f in got.items() if f and t.startswith(
-                f"test_{lesson[:2]}_")}
-            if mine != want:
-                problems.append(f"cheat {cls}/{lesson} on the wire: must fail "
-                                f"{sorted(want)}, failed {sorted(mine)}")
-    got = _junit(OUT / "wire-only.xml")
-    for cls, per in WIRE_ONLY.items():
-        for lesson, want in per.items():
-            mine = {t for t, f in got.items() if f and t.startswith(
-                f"test_{lesson[:2]}_")}
-            ran = {t for t in got if t.startswith(f"test_{lesson[:2]}_")}
-            if mine != want or not any("_peer.py::" in t for t in ran):
-                problems.append(f"cheat {cls}/{lesson}: must fail exactly "
-                                f"{sorted(want)} and pass the peer tests; "
-                                f"failed {sorted(mine)} of {sorted(ran)}")
+    bad = {t for t, block in sol.items() if block is not None}
+    problems += [f"solutions failed {t}" for t in sorted(bad)]
+    problems += unexpected(bad, sol, OUT / "transcripts" / "solutions")
+    for name, expected, tree in (("cheats", WIRE_EXPECTED, TREE),
+                                 ("wire-only", WIRE_ONLY, WIRE_TREE)):
+        got = junit_cases(OUT / f"{name}.xml")
+        for cls, per in expected.items():
+            for lesson, want in per.items():
+                ran = {t for t in got if t.startswith(f"test_{lesson[:2]}_")}
+                mine = {t for t in ran if got[t] is not None}
+                # The wire-only cheats pass their lesson's peer tests.
+                peers = name != "wire-only" or any("_peer.py::" in t
+                                                   for t in ran)
+                if mine != want or not peers:
+                    problems.append(
+                        f"cheat {cls}/{lesson} ({tree.name}): must fail "
+                        f"exactly {sorted(want)}, the rest passing; failed "
+                        f"{sorted(mine)} of {sorted(ran)}")
+                    problems += unexpected(mine - want, got,
+                                           OUT / "transcripts" / name)
     assert not problems, "\n".join(problems) + "\n" + log
     # The real capture: the decoder and tshark agree on every packet.
     agree(pcap, 500)
