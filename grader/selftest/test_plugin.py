@@ -1112,3 +1112,47 @@ def test_a_session_that_ends_before_its_gate_is_the_requests_own(
             server.log.read_text()
     finally:
         server.stop()
+
+
+# The warm grader with each session made ready ahead held back until its
+# request has been handed to it (its gate readable): the order of events of
+# a request that came while the session was still failing, every time.
+HANDED_BEFORE_IT_ENDED = """
+import select, sys
+from grader.session import forked, server
+fork = forked.fork_session
+def handed_first(*args, **kwargs):
+    if kwargs.get("ahead"):
+        entry, gate = kwargs["entry"], kwargs["gate"]
+        def after_handing(argv):
+            select.select([gate], [], [])
+            return entry(argv)
+        kwargs["entry"] = after_handing
+    return fork(*args, **kwargs)
+forked.fork_session = handed_first
+sys.exit(server.main(sys.argv[1:]))
+"""
+
+
+def test_a_session_made_ready_ahead_that_ends_once_handed_shows_why(
+        course, tmp_path):
+    """A session made ready ahead may be handed its request and then end
+    before it reads its gate (a configuration's usage error, found while
+    the request came): what it wrote before its gate - the error - reaches
+    the request's stderr with its status. (Before, the client got exit 4
+    and not a word.)"""
+    server = WarmServer(tmp_path / "server", code=HANDED_BEFORE_IT_ENDED)
+    try:
+        server.wait_for("grader server ready", 1)
+        args = [*session_args(course, tmp_path), "--lesson=99"]
+        fresh = server.request(course, args)
+        assert (fresh.returncode, fresh.stderr.count("no lesson '99'")) == \
+            (4, 1), fresh.stdout + fresh.stderr
+        server.wait_for("made ready ahead$", 1)
+        handed = server.request(course, args)
+        assert len(server.lines(r"started \(made ready ahead\)")) == 1, \
+            server.log.read_text()
+        assert (handed.returncode, handed.stdout, handed.stderr) == \
+            (fresh.returncode, fresh.stdout, fresh.stderr)
+    finally:
+        server.stop()

@@ -31,7 +31,9 @@ in the VM), then waits at its gate. A request that asks for the same
 grading - the same arguments but for its --results file, the same
 directory and environment, the lesson's lesson.toml unchanged - is handed
 to it (its descriptors and results file with the gate's word,
-forked.pass_gate); any other request ends it and is forked as before.
+forked.pass_gate; what it wrote before, a usage error found as it was
+handed the request, reaches the request's stdout and stderr when it ends);
+any other request ends it and is forked as before.
 """
 
 import json
@@ -161,6 +163,10 @@ class Server:
         self.requests = {}          # pid -> its request (argv, cwd, env)
         self.sessions = {}          # pid -> (connection or None, cgroup)
         self.conns = {}             # connection -> pid
+        # pid of a session made ready ahead, handed its request -> (its
+        # stand-in stdout and stderr, the request's own) pairs: what it
+        # wrote before its gate is the request's (forward_pregate)
+        self.pregate = {}
         self.count = 0
         self.stale = None
         self.group = f"rdma-warm.{os.getpid()}"
@@ -274,8 +280,7 @@ class Server:
             gate_r, gate_w = os.pipe()
             child = forked.fork_session(
                 argv, stdio=fds, cwd=cwd, env=env, cgroup=cg, entry=shards.run,
-                gate=gate_r, closing=[self.listener, self.wake_r, self.wake_w,
-                                      self.zygote_w, gate_w, *self.conns])
+                gate=gate_r, closing=[*self.held(), gate_w])
             os.close(gate_r)
             now = fingerprint(self.files)
             if now != self.print_:
@@ -331,8 +336,7 @@ class Server:
             child = forked.fork_session(
                 req["argv"], stdio=stdio, cwd=req["cwd"], env=req["env"],
                 cgroup=cg, entry=shards.run, gate=theirs.fileno(), ahead=True,
-                closing=[self.listener, self.wake_r, self.wake_w,
-                         self.zygote_w, mine, *kept, *self.conns])
+                closing=[*self.held(), mine, *kept])
         finally:
             theirs.close()
             for fd in stdio:
@@ -377,7 +381,10 @@ class Server:
             self.end_ahead()
             return False
         self.ahead = None
-        a.close()
+        a.gate.close()
+        self.pregate[a.pid] = list(zip(a.stand_ins, (os.dup(fds[1]),
+                                                     os.dup(fds[2]))))
+        a.stand_ins = []
         self.sessions[a.pid] = (conn, a.cgroup)
         self.requests[a.pid] = req
         self.conns[conn] = a.pid
@@ -385,6 +392,31 @@ class Server:
                  f"{' '.join(req['argv'])[-120:]}")
         conn.send(json.dumps({"pid": a.pid}).encode())
         return True
+
+    def held(self):
+        """This process's descriptors that a session it forks closes: none
+        of them is a session's (a client's stderr held open by another
+        session would keep its reader waiting)."""
+        return [self.listener, self.wake_r, self.wake_w, self.zygote_w,
+                *self.conns, *(fd for pairs in self.pregate.values()
+                               for pair in pairs for fd in pair)]
+
+    def forward_pregate(self, pid):
+        """What the session `pid`, made ready ahead, wrote before its gate,
+        onto its request's stdout and stderr, once it has ended: nothing
+        when all went well; a usage error when it ended before it read its
+        gate, though it was handed the request (when it ended before that,
+        the request gets a fresh session)."""
+        for mine, theirs in self.pregate.pop(pid, []):
+            os.set_blocking(mine, False)
+            try:
+                while data := os.read(mine, 65536):
+                    while data:
+                        data = data[os.write(theirs, data):]
+            except OSError:         # (drained, or the client's end gone)
+                pass
+            os.close(mine)
+            os.close(theirs)
 
     def reap(self):
         while True:
@@ -416,6 +448,7 @@ class Server:
             # namespace unmounted, its scratch), before this process takes
             # the next request: no session starts beside another's remains.
             forked.stop_session(pid, cg)
+            self.forward_pregate(pid)
             if conn is not None:
                 try:
                     conn.send(json.dumps({
