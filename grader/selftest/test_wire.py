@@ -21,7 +21,6 @@ import random
 import shlex
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 
 import pytest
 
