@@ -162,9 +162,20 @@ def stream_vs_ref(build, rdma, s):
                     f"{' '.join(map(str, peer))})")
 
 
+# The WRITE stream's SIZE: from 1 KiB, so that its MB/s (printed to 3
+# decimals) tells 2^20 from 10^6 whatever the speed of a stream of N >= 240
+# WRs (rates_problem(): up to T = 10 s, where lesson 13's README shows
+# 1000 WRs of 64 KiB in 1.8 s). From 16 B it could not at T = 0.18 s and in many cases
+# beyond: such a stream's MB/s is about 0.01, and 10^6 against 2^20 moved
+# it less than half its last digit (fresh-clone run 176: the mutant
+# 13/mb-decimal lost no points; grader/selftest/test_bw_summary.py).
+WRITE_SIZES = (1024, 8192)
+
+
 @pytest.fixture(scope="module")
 def write_run(build, rdma):
-    return stream_vs_ref(build, rdma, dict(shape(), size=rand_between(16, 8192),
+    return stream_vs_ref(build, rdma, dict(shape(),
+                                           size=rand_between(*WRITE_SIZES),
                                            csv=True))
 
 
@@ -373,6 +384,23 @@ def test_batched(write_run):
     expect(q["failed_calls"], 0, "ibv_post_send() calls that failed")
 
 
+def rates_problem(n, size, secs, mmsg_text, mb_text):
+    """What is wrong with the summary line's printed Mmsg/s and MB/s for N
+    messages of SIZE bytes in T = `secs` s, else None: each within 1 % and
+    half a unit of its last printed digit of N / T / 10^6 and
+    N x SIZE / T / 2^20."""
+    for name, text, want in (("Mmsg/s", mmsg_text, n / secs / 1e6),
+                             ("MB/s", mb_text, n * size / secs / (1 << 20))):
+        got = float(text)
+        digits = len(text.partition(".")[2])
+        if abs(got - want) > 0.01 * want + 0.5 * 10 ** -digits:
+            return (f"{name} in the summary line, recomputed from its N = "
+                    f"{n} and T = {secs:.6f} (Mmsg/s = N / T / 10^6, MB/s = "
+                    f"N x SIZE / T / 2^20)\n  expected: {want:.6f}\n"
+                    f"  got:      {got}")
+    return None
+
+
 @points(3, "the summary line is the stream's: T between the two clocks, rates N/T")
 def test_summary(write_run):
     ran(write_run, "client streaming WRITEs")
@@ -388,19 +416,9 @@ def test_summary(write_run):
             f"lived {res.duration:.3f} s by the grader's clock\n"
             f"  expected: {inner:.6f} <= T <= {res.duration:.3f}\n"
             f"  got:      T = {secs:.6f}")
-    n = s["iters"]
-    for name, text, want in (
-            ("Mmsg/s", m.group(6), n / secs / 1e6),
-            ("MB/s", m.group(7), n * s["size"] / secs / (1 << 20))):
-        got = float(text)
-        digits = len(text.partition(".")[2])
-        # 1 %, and half a unit of the last digit printed
-        if abs(got - want) > 0.01 * want + 0.5 * 10 ** -digits:
-            raise GradeFailure(
-                f"{name} in the summary line, recomputed from its N = {n} "
-                f"and T = {secs:.6f} (Mmsg/s = N / T / 10^6, MB/s = N x "
-                f"SIZE / T / 2^20)\n  expected: {want:.6f}\n"
-                f"  got:      {got}")
+    why = rates_problem(s["iters"], s["size"], secs, m.group(6), m.group(7))
+    if why:
+        raise GradeFailure(why)
     if cpu > 1.1 * secs + 0.05:
         raise GradeFailure(
             f"cpu in the summary line: one thread streaming for T = "
