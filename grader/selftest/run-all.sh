@@ -157,12 +157,15 @@ echo "make test: CPU s per part: 0 $(cpu 0), 1 $(cpu 1), 2 $(cpu 2), 3 $(cpu 3),
 	"on $(nproc) cores"
 # What failed, last (where a log's tail shows it): each failed part's
 # failing tests as pytest's summary and bats name them, each with the start
-# of its reason; the whole reason is in the part's output above.
+# of its reason; the whole reason is in the part's output above. pytest
+# in the VM writes to a terminal, in colour: the colours go first (fresh-
+# clone run 176 named no test of its failed part 4b).
 failed=0
 for p in 0 1 2 3 4a 4b; do
 	[ "$(cat "$logs/$p.rc")" = 0 ] && continue
 	failed=1
-	grep -aE '^(FAILED|ERROR) |^not ok ' "$logs/$p" | cut -c1-400 |
+	sed 's/\x1b\[[0-9;]*m//g' "$logs/$p" |
+		grep -aE '^(FAILED|ERROR) |^not ok ' | cut -c1-400 |
 		sed "s/^/make test: part $p: /"
 done
 exit $failed
